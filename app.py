@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""CDK entry point: read settings, build the stack, check it with cdk-nag."""
+
+import sys
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from stacks.settings import SettingsError, settings_from_context
+from stacks.training_cluster import EfaTrainingStack
+
+app = cdk.App()
+try:
+    settings = settings_from_context(app.node.get_all_context())
+except SettingsError as error:
+    sys.exit(f"error: {error}")
+EfaTrainingStack(app, settings.stack_name, settings)
+cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+app.synth()

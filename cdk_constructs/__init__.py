@@ -1,0 +1,1 @@
+"""CDK constructs of the EFA training cluster, one concern each."""

@@ -1,0 +1,102 @@
+"""The EKS control plane: native AWS::EKS::Cluster (aws_eks_v2) with a kubectl handler."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from aws_cdk import Annotations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+# Kubernetes minor -> (module, class) of the kubectl Lambda layer built for it.
+KUBECTL_LAYERS = {"1.36": ("aws_cdk.lambda_layer_kubectl_v36", "KubectlV36Layer")}
+
+CONTROL_PLANE_LOGS = (
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+)
+
+
+@dataclass(frozen=True)
+class EksClusterProps:
+    vpc: ec2.IVpc
+    kubernetes_version: str = "1.36"
+    kubectl_layer_version: str | None = None
+    """Kubernetes minor of the kubectl layer; defaults to kubernetes_version and must equal it."""
+    endpoint_access: str = "public_and_private"
+    endpoint_public_cidrs: tuple[str, ...] = ()
+    admin_principal_arn: str | None = None
+    cluster_name: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def endpoint_access(mode: str, public_cidrs: tuple[str, ...]) -> eks.EndpointAccess:
+    if mode == "private":
+        return eks.EndpointAccess.PRIVATE
+    base = eks.EndpointAccess.PUBLIC if mode == "public" else eks.EndpointAccess.PUBLIC_AND_PRIVATE
+    return base.only_from(*public_cidrs) if public_cidrs else base
+
+
+def kubectl_layer(scope: Construct, version: str):
+    if version not in KUBECTL_LAYERS:
+        raise ValueError(f"kubectl layer: no layer for Kubernetes {version}; have {', '.join(KUBECTL_LAYERS)}")
+    module, name = KUBECTL_LAYERS[version]
+    return getattr(importlib.import_module(module), name)(scope, "KubectlLayer")
+
+
+class EksCluster(Construct):
+    """EKS with envelope-encrypted secrets, control-plane logs and no default capacity."""
+
+    def __init__(self, scope: Construct, id: str, props: EksClusterProps) -> None:
+        super().__init__(scope, id)
+        layer_version = props.kubectl_layer_version or props.kubernetes_version
+        if layer_version != props.kubernetes_version:
+            # aws-cdk issue 24580: nothing else catches this before kubectl fails at deploy.
+            raise ValueError(
+                f"kubectl layer {layer_version} does not match cluster version {props.kubernetes_version}"
+            )
+        self.secrets_key = kms.Key(
+            self, "SecretsKey", enable_key_rotation=True,
+            description="Envelope encryption of Kubernetes secrets",
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            version=eks.KubernetesVersion.of(props.kubernetes_version),
+            cluster_name=props.cluster_name,
+            vpc=props.vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            endpoint_access=endpoint_access(props.endpoint_access, props.endpoint_public_cidrs),
+            secrets_encryption_key=self.secrets_key,
+            cluster_logging=list(CONTROL_PLANE_LOGS),
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=kubectl_layer(self, layer_version),
+            ),
+            tags=props.tags or None,
+        )
+        if props.endpoint_access != "private" and "0.0.0.0/0" in props.endpoint_public_cidrs:
+            Annotations.of(self).add_warning_v2(
+                "eks-fsdp-efa:open-endpoint",
+                "The EKS API endpoint is reachable from 0.0.0.0/0 (authenticated by IAM); "
+                "set endpoint_public_cidrs to your own ranges.",
+            )
+        if props.admin_principal_arn:
+            eks.AccessEntry(
+                self,
+                "AdminAccess",
+                cluster=self.cluster,
+                principal=props.admin_principal_arn,
+                access_policies=[
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )

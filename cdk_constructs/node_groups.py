@@ -1,0 +1,143 @@
+"""Managed node groups: a CPU system group and an EFA-enabled GPU group in one AZ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from cdk_constructs.instance_types import INSTANCE_TYPES, efa_network_interfaces
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+GPU_NODE_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+SYSTEM_NODE_LABELS = {"role": "system"}
+
+
+def launch_template_data(
+    disk_gib: int,
+    network_interfaces: list[dict] | None = None,
+    placement_group_name: str | None = None,
+    capacity_reservation_id: str | None = None,
+) -> dict:
+    """Launch-template data shared by both node groups.
+
+    IMDSv2 only, with hop limit 2 so that pods (one hop further) still reach it; an
+    encrypted gp3 root volume. No subnet and no instance profile: the node group sets both.
+    """
+    data: dict = {
+        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2, "HttpEndpoint": "enabled"},
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": "/dev/xvda",
+                "Ebs": {"VolumeSize": disk_gib, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
+            }
+        ],
+    }
+    if network_interfaces:
+        data["NetworkInterfaces"] = network_interfaces
+    if placement_group_name:
+        data["Placement"] = {"GroupName": placement_group_name}
+    if capacity_reservation_id:
+        data["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}
+        }
+    return data
+
+
+def _launch_template(scope: Construct, data: dict) -> ec2.CfnLaunchTemplate:
+    template = ec2.CfnLaunchTemplate(
+        scope, "LaunchTemplate", launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty()
+    )
+    # The raw CloudFormation shape is clearer here than the L2's partial coverage of EFA.
+    template.add_property_override("LaunchTemplateData", data)
+    return template
+
+
+@dataclass(frozen=True)
+class SystemNodeGroupProps:
+    cluster: eks.Cluster
+    instance_type: str = "m7i.xlarge"
+    node_count: int = 1
+    disk_gib: int = 50
+
+
+class SystemNodeGroup(Construct):
+    """CPU nodes for the KubeRay operator, the Ray head and cluster add-ons."""
+
+    def __init__(self, scope: Construct, id: str, props: SystemNodeGroupProps) -> None:
+        super().__init__(scope, id)
+        template = _launch_template(self, launch_template_data(props.disk_gib))
+        self.nodegroup = props.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            instance_types=[ec2.InstanceType(props.instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=props.node_count, desired_size=props.node_count, max_size=props.node_count,
+            labels=dict(SYSTEM_NODE_LABELS),
+            subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
+        )
+
+
+@dataclass(frozen=True)
+class GpuNodeGroupProps:
+    cluster: eks.Cluster
+    subnet: ec2.ISubnet
+    instance_type: str = "g6.12xlarge"
+    node_count: int = 2
+    disk_gib: int = 200
+    taint: bool = True
+    placement_group: bool = True
+    capacity_reservation_id: str | None = None
+
+
+class GpuNodeGroup(Construct):
+    """GPU nodes with every EFA interface the type offers, packed in a cluster placement group."""
+
+    def __init__(self, scope: Construct, id: str, props: GpuNodeGroupProps) -> None:
+        super().__init__(scope, id)
+        spec = INSTANCE_TYPES.get(props.instance_type)
+        if spec is None or not spec.supports_efa:
+            raise ValueError(f"gpu instance type {props.instance_type!r}: not an EFA type in the instance table")
+        self.spec = spec
+        vpc = props.cluster.vpc
+        # EFA's OS-bypass traffic must be allowed to and from the group itself, both ways.
+        self.efa_security_group = ec2.SecurityGroup(
+            self, "EfaSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description="EFA: all traffic between GPU nodes",
+        )
+        self.efa_security_group.add_ingress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA from peers")
+        self.efa_security_group.add_egress_rule(self.efa_security_group, ec2.Port.all_traffic(), "EFA to peers")
+        self.placement_group = (
+            ec2.CfnPlacementGroup(self, "PlacementGroup", strategy="cluster") if props.placement_group else None
+        )
+        interfaces = efa_network_interfaces(
+            spec, [props.cluster.cluster_security_group_id, self.efa_security_group.security_group_id]
+        )
+        self.launch_template = _launch_template(
+            self,
+            launch_template_data(
+                props.disk_gib,
+                network_interfaces=interfaces,
+                placement_group_name=self.placement_group.ref if self.placement_group else None,
+                capacity_reservation_id=props.capacity_reservation_id,
+            ),
+        )
+        self.nodegroup = props.cluster.add_nodegroup_capacity(
+            "GpuNodes",
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+            capacity_type=eks.CapacityType.ON_DEMAND,
+            min_size=props.node_count, desired_size=props.node_count, max_size=props.node_count,
+            labels=dict(GPU_NODE_LABELS),
+            taints=[eks.TaintSpec(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect=eks.TaintEffect.NO_SCHEDULE)]
+            if props.taint else None,
+            subnets=ec2.SubnetSelection(subnets=[props.subnet]),
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.launch_template.ref, version=self.launch_template.attr_latest_version_number
+            ),
+        )
+        # Set on the resource, not through instance_types: aws-cdk-lib's GPU-architecture table
+        # lacks some EFA types (p5) and would refuse the NVIDIA AMI; our own table validated it.
+        cfn_nodegroup = self.nodegroup.node.default_child
+        cfn_nodegroup.add_property_override("InstanceTypes", [props.instance_type])

@@ -1,0 +1,59 @@
+"""cdk-nag suppressions and CDK validation acknowledgements, each naming its rule and why."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import aws_eks_v2 as eks
+from cdk_nag import NagPackSuppression, NagSuppressions
+
+# AWS-managed policies that EKS and the CDK kubectl handler require by design.
+_REQUIRED_MANAGED_POLICIES = [
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy",
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKS_CNI_Policy",
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+]
+
+
+def add_nag_suppressions(stack: Stack, cluster: eks.Cluster) -> None:
+    NagSuppressions.add_stack_suppressions(
+        stack,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM4",
+                reason="EKS requires these AWS-managed policies on its cluster and node roles, and the "
+                "CDK kubectl handler on its Lambda roles; no other managed policy is allowed.",
+                applies_to=_REQUIRED_MANAGED_POLICIES,
+            ),
+        ],
+    )
+    # The kubectl handler and its provider framework are aws-cdk-lib's code, not ours.
+    NagSuppressions.add_resource_suppressions(
+        cluster.kubectl_provider,
+        [
+            NagPackSuppression(
+                id="AwsSolutions-IAM4",
+                reason="aws-cdk-lib's kubectl handler attaches AmazonEC2ContainerRegistryPublicReadOnly "
+                "conditionally, to pull public Helm charts stored as OCI images.",
+            ),
+            NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="aws-cdk-lib's provider framework invokes its own handler's versions (<arn>:*).",
+            ),
+            NagPackSuppression(
+                id="AwsSolutions-L1",
+                reason="The kubectl handler's runtime is pinned by aws-cdk-lib to match its kubectl layer.",
+            ),
+        ],
+        apply_to_children=True,
+    )
+    # CDK's built-in CloudFormation validation: the AZs are fixed on purpose.
+    Validations.of(stack).acknowledge(
+        Acknowledgment(
+            id="CloudFormation-Validate::W3010",
+            reason="AZs come from settings so synth needs no account lookup, and the GPU AZ is the one "
+            "where capacity was checked (make preflight).",
+        )
+    )

@@ -1,0 +1,355 @@
+"""The app's one settings object: read from cdk.json context and `-c key=value`, validated here.
+
+Every field is a context key of the same name. `-c` values arrive as strings and are parsed
+to the field's type; cdk.json values arrive as JSON. Every refusal is a SettingsError whose
+message is one line naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import re
+import typing
+from dataclasses import dataclass, field
+
+from cdk_constructs.instance_types import INSTANCE_TYPES
+
+# EKS can create these minor versions (late 2026; 1.29 and 1.30 left extended support).
+EKS_CREATABLE_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+EKS_RETIRED_VERSIONS = {
+    "1.29": "extended support ended 2026-03-23",
+    "1.30": "extended support ended 2026-07-23",
+}
+# kubectl Lambda layers installed from requirements.txt, by the Kubernetes minor they match.
+KUBECTL_LAYER_MODULES = {"1.36": "aws_cdk.lambda_layer_kubectl_v36"}
+
+ENDPOINT_ACCESS_MODES = ("public", "private", "public_and_private")
+PLACEMENT_GROUP_MODES = ("auto", "on", "off")
+DATA_SOURCE_SCHEMES = ("synthetic", "file://", "s3://", "/")
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """What the RayJob that `cdk deploy` starts will train."""
+
+    model: str = "Qwen/Qwen2.5-1.5B"
+    """Hub id, local or s3:// path, or a built-in config (qwen2.5-1.5b, tiny) with random init."""
+    steps: int = 200
+    """Optimizer steps."""
+    seq_len: int = 2048
+    """Tokens per sequence."""
+    micro_batch: int = 1
+    """Sequences per GPU per forward pass (1 x 2048 fits an L4 with activation checkpointing)."""
+    grad_accum: int = 4
+    """Micro-batches per optimizer step."""
+    learning_rate: float = 2e-5
+    """Peak learning rate after warmup."""
+    data: str = "synthetic"
+    """'synthetic' (random token ids) or a JSONL/Parquet path: s3://bucket/key or a pod path."""
+    activation_checkpointing: bool = True
+    """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
+    checkpoint_every: int = 50
+    """Steps between sharded checkpoints in the bucket."""
+    max_failures: int = 3
+    """Worker-group restarts Ray Train may make from the last checkpoint."""
+    require_efa: bool = True
+    """Fail the job in its first minute when inter-node NCCL traffic is not on EFA."""
+    image: str = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
+    """Container image of the Ray head and workers (Ray 2.58, PyTorch 2.13, EFA, aws-ofi-nccl)."""
+    active_deadline_seconds: int = 4 * 3600
+    """The RayJob fails after this long, so a hung job stops billing."""
+    backoff_limit: int = 1
+    """RayJob submission retries."""
+    checkpoint_bucket_auto_delete: bool = False
+    """Delete the checkpoint bucket and its objects on `cdk destroy` (default: retain it)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the app builds is decided here; defaults reproduce the reference deployment."""
+
+    stack_name: str = "EksFsdpEfa"
+    """CloudFormation stack name."""
+    account: str | None = None
+    """12-digit AWS account id; None deploys to the account of the caller's credentials."""
+    region: str = "us-east-2"
+    """AWS region."""
+    availability_zones: tuple[str, ...] = ("us-east-2a", "us-east-2b")
+    """AZs of the VPC (two or more, EKS needs them); kept here so synth does no lookup."""
+    gpu_availability_zone: str = "us-east-2a"
+    """The one AZ of the GPU nodes (EFA traffic does not cross AZs); one of availability_zones."""
+    vpc_cidr: str = "10.0.0.0/16"
+    """VPC IPv4 range, /16 to /20 (pods take VPC addresses through the VPC CNI)."""
+    nat_gateways: int = 1
+    """NAT gateways (1 to one per AZ); more survive an AZ outage and cost more."""
+    kubernetes_version: str = "1.36"
+    """EKS Kubernetes minor version; the kubectl layer must match it."""
+    endpoint_access: str = "public_and_private"
+    """EKS API endpoint: public, private or public_and_private."""
+    endpoint_public_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    """CIDRs allowed to reach a public endpoint; narrow this to your own addresses."""
+    admin_principal_arn: str | None = None
+    """IAM role or user ARN given cluster-admin through an EKS access entry."""
+    system_instance_type: str = "m7i.xlarge"
+    """Instance type of the CPU system nodes (KubeRay operator, Ray head, CoreDNS)."""
+    system_node_count: int = 1
+    """Number of system nodes."""
+    gpu_instance_type: str = "g6.12xlarge"
+    """EFA-capable GPU instance type; must be in cdk_constructs/instance_types.py."""
+    gpu_node_count: int = 2
+    """Number of GPU nodes, one Ray worker pod each."""
+    gpu_node_disk_gib: int = 200
+    """Encrypted gp3 root volume of each GPU node; the training image is large."""
+    gpu_node_taint: bool = True
+    """Taint GPU nodes nvidia.com/gpu=true:NoSchedule so only GPU workloads land there."""
+    capacity_reservation_id: str | None = None
+    """On-Demand Capacity Reservation to launch the GPU nodes into (cr- and 17 hex digits)."""
+    placement_group: str = "auto"
+    """Cluster placement group: on, off, or auto (on unless a capacity reservation is set)."""
+    tags: dict[str, str] = field(default_factory=lambda: {"project": "eks-fsdp-efa"})
+    """Tags on every resource."""
+    training: TrainingSettings = field(default_factory=TrainingSettings)
+    """The training job; context key `training` (an object) or `training.<field>`."""
+
+    @property
+    def use_placement_group(self) -> bool:
+        if self.placement_group == "auto":
+            return self.capacity_reservation_id is None
+        return self.placement_group == "on"
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _parse(key: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
+    """Turn a context value (JSON or a `-c` string) into the field's type."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Union or type(None) in args:
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+            return None
+        return _parse(key, raw, next(a for a in args if a is not type(None)))
+    if annotation is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return raw.lower() in ("true", "1", "yes")
+        raise SettingsError(f"{key}: expected true or false, got {raw!r}")
+    if annotation is int:
+        if isinstance(raw, bool):
+            raise SettingsError(f"{key}: expected an integer, got {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, str) and re.fullmatch(r"-?\d+", raw.strip()):
+            return int(raw)
+        raise SettingsError(f"{key}: expected an integer, got {raw!r}")
+    if annotation is float:
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{key}: expected a number, got {raw!r}") from None
+    if annotation is str:
+        if not isinstance(raw, str):
+            raise SettingsError(f"{key}: expected a string, got {raw!r}")
+        return raw.strip()
+    if origin in (tuple, dict):
+        value = raw
+        if isinstance(raw, str):
+            text = raw.strip()
+            if origin is tuple and not text.startswith("["):
+                value = [part.strip() for part in text.split(",") if part.strip()]
+            else:
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:
+                    raise SettingsError(f"{key}: expected JSON, got {raw!r}") from None
+        if origin is tuple:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SettingsError(f"{key}: expected a list of strings, got {raw!r}")
+            return tuple(v.strip() for v in value)
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise SettingsError(f"{key}: expected an object of string values, got {raw!r}")
+        return dict(value)
+    raise TypeError(f"no parser for {annotation!r}")  # a programming error, not user input
+
+
+def _build(cls: type, values: dict[str, typing.Any], prefix: str = "") -> typing.Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            kwargs[f.name] = _build(hints[f.name], values[f.name], f"{prefix}{f.name}.")
+        else:
+            kwargs[f.name] = _parse(prefix + f.name, values[f.name], hints[f.name])
+    return cls(**kwargs)
+
+
+def settings_from_context(context: typing.Mapping[str, typing.Any]) -> Settings:
+    """Build and validate Settings from CDK context (cdk.json merged with `-c`).
+
+    Keys that are not settings are ignored only when CDK owns them (they contain ':' or
+    start with 'aws-cdk' / '@aws-cdk'); any other unknown key is a typo and is refused.
+    """
+    known = {f.name for f in dataclasses.fields(Settings)}
+    training_known = {f.name for f in dataclasses.fields(TrainingSettings)}
+    values: dict[str, typing.Any] = {}
+    training: dict[str, typing.Any] = {}
+    for key, raw in context.items():
+        if ":" in key or key.startswith(("aws-cdk", "@aws-cdk", "cdk-")) or key == "acknowledged-issue-numbers":
+            continue
+        if key == "training":
+            if isinstance(raw, str):
+                try:
+                    raw = json.loads(raw)
+                except json.JSONDecodeError:
+                    raise SettingsError(f"training: expected a JSON object, got {raw!r}") from None
+            if not isinstance(raw, dict):
+                raise SettingsError(f"training: expected an object, got {raw!r}")
+            for sub_key, sub_raw in raw.items():
+                training.setdefault(sub_key, sub_raw)
+        elif key.startswith("training."):
+            training[key.removeprefix("training.")] = raw
+        elif key in known:
+            values[key] = raw
+        else:
+            raise SettingsError(f"{key}: unknown setting; known settings: {', '.join(sorted(known))}")
+    for sub_key in training:
+        if sub_key not in training_known:
+            raise SettingsError(
+                f"training.{sub_key}: unknown setting; known: {', '.join(sorted(training_known))}"
+            )
+    if training:
+        values["training"] = training
+    settings = _build(Settings, values)
+    validate(settings)
+    return settings
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise SettingsError(message)
+
+
+def validate(s: Settings) -> None:
+    """Every cross-field and range rule, in one place."""
+    _require(re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", s.stack_name) is not None,
+             f"stack_name: {s.stack_name!r} must start with a letter and hold only letters, digits and '-'")
+    _require(s.account is None or re.fullmatch(r"\d{12}", s.account) is not None,
+             f"account: {s.account!r} must be 12 digits or null")
+    _require(re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", s.region) is not None,
+             f"region: {s.region!r} is not a region name such as us-east-2")
+    _require(len(s.availability_zones) >= 2 and len(set(s.availability_zones)) == len(s.availability_zones),
+             f"availability_zones: need two or more distinct AZs (EKS requires it), got {list(s.availability_zones)}")
+    for az in s.availability_zones:
+        _require(re.fullmatch(re.escape(s.region) + r"[a-z]", az) is not None,
+                 f"availability_zones: {az!r} is not an AZ of region {s.region} (expected {s.region}a, {s.region}b, ...)")
+    _require(s.gpu_availability_zone in s.availability_zones,
+             f"gpu_availability_zone: {s.gpu_availability_zone!r} must be one of availability_zones {list(s.availability_zones)}")
+    _validate_cidr("vpc_cidr", s.vpc_cidr, min_prefix=16, max_prefix=20)
+    _require(1 <= s.nat_gateways <= len(s.availability_zones),
+             f"nat_gateways: {s.nat_gateways} must be between 1 and the number of AZs ({len(s.availability_zones)})")
+    _validate_kubernetes_version(s.kubernetes_version)
+    _require(s.endpoint_access in ENDPOINT_ACCESS_MODES,
+             f"endpoint_access: {s.endpoint_access!r} must be one of {', '.join(ENDPOINT_ACCESS_MODES)}")
+    if s.endpoint_access != "private":
+        _require(len(s.endpoint_public_cidrs) > 0,
+                 "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set endpoint_access=private)")
+        for cidr in s.endpoint_public_cidrs:
+            _validate_cidr("endpoint_public_cidrs", cidr, min_prefix=0, max_prefix=32)
+    _require(s.admin_principal_arn is None
+             or re.fullmatch(r"arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+",
+                             s.admin_principal_arn) is not None,
+             f"admin_principal_arn: {s.admin_principal_arn!r} must be an IAM role or user ARN")
+    _validate_instance(s)
+    _require(1 <= s.system_node_count <= 10, f"system_node_count: {s.system_node_count} must be between 1 and 10")
+    _require(1 <= s.gpu_node_count <= 64, f"gpu_node_count: {s.gpu_node_count} must be between 1 and 64")
+    _require(100 <= s.gpu_node_disk_gib <= 16384,
+             f"gpu_node_disk_gib: {s.gpu_node_disk_gib} must be between 100 and 16384 (the training image alone is tens of GiB)")
+    _require(s.capacity_reservation_id is None
+             or re.fullmatch(r"cr-[0-9a-f]{17}", s.capacity_reservation_id) is not None,
+             f"capacity_reservation_id: {s.capacity_reservation_id!r} must look like cr-0123456789abcdef0 (cr- and 17 hex digits)")
+    _require(s.placement_group in PLACEMENT_GROUP_MODES,
+             f"placement_group: {s.placement_group!r} must be one of {', '.join(PLACEMENT_GROUP_MODES)}")
+    for key, value in s.tags.items():
+        _require(0 < len(key) <= 128 and len(value) <= 256 and not key.lower().startswith("aws:"),
+                 f"tags: {key!r} must be 1-128 characters, not start with 'aws:', with a value of at most 256")
+    _validate_training(s.training)
+
+
+def _validate_cidr(key: str, cidr: str, min_prefix: int, max_prefix: int) -> None:
+    try:
+        network = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError:
+        raise SettingsError(f"{key}: {cidr!r} is not an IPv4 CIDR such as 10.0.0.0/16") from None
+    _require(min_prefix <= network.prefixlen <= max_prefix,
+             f"{key}: {cidr!r} must have a prefix between /{min_prefix} and /{max_prefix}")
+
+
+def _validate_kubernetes_version(version: str) -> None:
+    if version in EKS_RETIRED_VERSIONS:
+        raise SettingsError(
+            f"kubernetes_version: EKS can no longer create {version} ({EKS_RETIRED_VERSIONS[version]}); "
+            f"allowed: {', '.join(sorted(KUBECTL_LAYER_MODULES))}"
+        )
+    _require(version in EKS_CREATABLE_VERSIONS,
+             f"kubernetes_version: {version!r} is not a version EKS creates; allowed: {', '.join(sorted(KUBECTL_LAYER_MODULES))}")
+    _require(version in KUBECTL_LAYER_MODULES,
+             f"kubernetes_version: {version} has no matching kubectl layer installed; "
+             f"allowed: {', '.join(sorted(KUBECTL_LAYER_MODULES))} (add aws-cdk.lambda-layer-kubectl-v{version.split('.')[1]} to support it)")
+
+
+def _validate_instance(s: Settings) -> None:
+    known = ", ".join(sorted(n for n, spec in INSTANCE_TYPES.items() if spec.supports_efa))
+    gpu = INSTANCE_TYPES.get(s.gpu_instance_type)
+    _require(gpu is not None, f"gpu_instance_type: {s.gpu_instance_type!r} is not in the instance table; known EFA GPU types: {known}")
+    _require(gpu.gpus > 0, f"gpu_instance_type: {s.gpu_instance_type} has no GPU; known EFA GPU types: {known}")
+    _require(gpu.supports_efa, f"gpu_instance_type: {s.gpu_instance_type} does not support EFA; known EFA GPU types: {known}")
+    system = INSTANCE_TYPES.get(s.system_instance_type)
+    systems = ", ".join(sorted(n for n, spec in INSTANCE_TYPES.items() if spec.gpus == 0))
+    _require(system is not None and system.gpus == 0,
+             f"system_instance_type: {s.system_instance_type!r} must be a CPU type from the instance table: {systems}")
+
+
+def _validate_training(t: TrainingSettings) -> None:
+    from training.config import BUILTIN_MODELS  # the trainer owns its model names
+
+    _require(t.steps >= 1, f"training.steps: {t.steps} must be at least 1")
+    _require(t.seq_len >= 16 and t.seq_len % 16 == 0 and t.seq_len <= 131072,
+             f"training.seq_len: {t.seq_len} must be a multiple of 16 between 16 and 131072")
+    _require(t.micro_batch >= 1, f"training.micro_batch: {t.micro_batch} must be at least 1")
+    _require(t.grad_accum >= 1, f"training.grad_accum: {t.grad_accum} must be at least 1")
+    _require(0 < t.learning_rate < 1, f"training.learning_rate: {t.learning_rate} must be in (0, 1)")
+    _require(t.checkpoint_every >= 1, f"training.checkpoint_every: {t.checkpoint_every} must be at least 1")
+    _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
+    _require(t.data == "synthetic" or t.data.startswith(DATA_SOURCE_SCHEMES[1:]),
+             f"training.data: {t.data!r} must be 'synthetic', s3://..., file://... or an absolute path")
+    _require(t.data == "synthetic" or t.data.rstrip("/").endswith((".jsonl", ".parquet", "/")) or "." not in t.data.rsplit("/", 1)[-1],
+             f"training.data: {t.data!r} must be a .jsonl or .parquet file or a folder of them")
+    _require(bool(re.fullmatch(r"[\w./-]+", t.model)) and (t.model in BUILTIN_MODELS or "/" in t.model),
+             f"training.model: {t.model!r} must be a hub id (org/name), a path, or one of {', '.join(BUILTIN_MODELS)}")
+    _require(re.fullmatch(r"[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})", t.image) is not None,
+             f"training.image: {t.image!r} must be registry/repository:tag or @sha256:digest")
+    _require(60 <= t.active_deadline_seconds <= 7 * 24 * 3600,
+             f"training.active_deadline_seconds: {t.active_deadline_seconds} must be between 60 and 604800")
+    _require(0 <= t.backoff_limit <= 10, f"training.backoff_limit: {t.backoff_limit} must be between 0 and 10")
+
+
+def image_is_pinned(image: str) -> bool:
+    """True for a digest or a vX.Y.Z tag: a vX.Y tag moves with security rebuilds."""
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    return "@sha256:" in image or re.search(r"(^|[^\d.])v?\d+\.\d+\.\d+", tag) is not None

@@ -1,0 +1,81 @@
+"""Print what a synthesized stack will create and what it costs per hour on demand.
+
+Reads the templates in cdk.out (what `cdk deploy` would send), not the settings, so the
+review shows the real result of any `-c` overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from cdk_constructs.instance_types import (
+    EKS_CONTROL_PLANE_USD_PER_HOUR,
+    INSTANCE_TYPES,
+    NAT_GATEWAY_USD_PER_HOUR,
+    PRICES_AS_OF,
+)
+
+
+def _subnet_azs(resources: dict, subnet_refs: list) -> list[str]:
+    azs = []
+    for ref in subnet_refs:
+        logical_id = ref.get("Ref") if isinstance(ref, dict) else None
+        az = resources.get(logical_id, {}).get("Properties", {}).get("AvailabilityZone")
+        azs.append(az if isinstance(az, str) else "?")
+    return sorted(set(azs))
+
+
+def review_lines(template: dict) -> list[str]:
+    """A short human review of one CloudFormation template (pure: no I/O)."""
+    resources = template.get("Resources", {})
+    types = Counter(r["Type"] for r in resources.values())
+    lines = [f"{len(resources)} resources"]
+    hourly = 0.0
+    for resource in resources.values():
+        if resource["Type"] == "AWS::EKS::Cluster":
+            hourly += EKS_CONTROL_PLANE_USD_PER_HOUR
+            lines.append(f"EKS cluster, Kubernetes {resource['Properties'].get('Version')}: "
+                         f"${EKS_CONTROL_PLANE_USD_PER_HOUR:.2f}/h")
+    for resource in resources.values():
+        if resource["Type"] != "AWS::EKS::Nodegroup":
+            continue
+        props = resource["Properties"]
+        instance_type = props["InstanceTypes"][0]
+        count = props["ScalingConfig"]["DesiredSize"]
+        spec = INSTANCE_TYPES.get(instance_type)
+        price = spec.usd_per_hour if spec else 0.0
+        hourly += price * count
+        role = props.get("Labels", {}).get("role", "nodes")
+        gpus = f", {spec.gpus} x {spec.gpu_model} GPU, {spec.efa_interfaces} EFA each" if spec and spec.gpus else ""
+        lines.append(
+            f"{role}: {count} x {instance_type}{gpus}, AMI {props.get('AmiType')}, "
+            f"AZ {', '.join(_subnet_azs(resources, props.get('Subnets', [])))}: ${price * count:.2f}/h"
+        )
+    nat = types.get("AWS::EC2::NatGateway", 0)
+    hourly += nat * NAT_GATEWAY_USD_PER_HOUR
+    lines.append(f"NAT gateways: {nat}: ${nat * NAT_GATEWAY_USD_PER_HOUR:.3f}/h (plus data processed)")
+    lines.append(f"placement group: {'cluster' if types.get('AWS::EC2::PlacementGroup') else 'none'}")
+    lines.append(f"estimated on-demand cost: ${hourly:.2f}/hour (${hourly * 24:.0f}/day; {PRICES_AS_OF}; "
+                 "excludes storage, data transfer and logs)")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0] if argv else "cdk.out")
+    manifest = json.loads((out / "manifest.json").read_text())
+    for name, artifact in manifest["artifacts"].items():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        template = json.loads((out / artifact["properties"]["templateFile"]).read_text())
+        print(f"== {name} ({artifact.get('environment', '')})")
+        for line in review_lines(template):
+            print(f"   {line}")
+        print("   review everything in", out / artifact["properties"]["templateFile"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
