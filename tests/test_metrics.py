@@ -1,0 +1,95 @@
+"""Metric math and the pure pieces of the trainer, without Ray or a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training.config import ConfigError, parse_args
+from training.data import synthetic_batches
+from training.metrics import Throughput, datasheet_peak_tflops, flops_per_token, mfu, model_flops_per_token
+from training.model import builtin_config
+from training.step import lr_at
+from training.train import main
+
+
+def qwen_meta():
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(builtin_config("qwen2.5-1.5b"))
+
+
+def test_qwen25_15b_has_its_published_parameter_count():
+    model = qwen_meta()
+    assert sum(p.numel() for p in model.parameters()) == 1_543_714_304
+
+
+def test_flops_per_token_is_torchtitans_count_for_qwen25_15b():
+    expected = 6 * 1_543_714_304 + 12 * 28 * 12 * 128 * 4096
+    assert model_flops_per_token(qwen_meta(), 4096) == expected
+
+
+def test_mfu_reproduces_the_design_calibration_point():
+    # 35,080 tok/s/GPU at 4096 on H200 was 50.5% of 790 TFLOP/s.
+    assert mfu(35_080, flops_per_token(1_543_714_304, 28, 12, 128, 4096), 790) == pytest.approx(0.505, abs=0.001)
+
+
+@pytest.mark.parametrize("name,peak", [("NVIDIA H200", 989.0), ("NVIDIA L4", 121.0), ("NVIDIA A10G", 70.0),
+                                       ("NVIDIA A100-SXM4-40GB", 312.0), ("NVIDIA H100 80GB HBM3", 989.0), ("Tesla T4", None)])
+def test_datasheet_peaks(name, peak):
+    assert datasheet_peak_tflops(name) == peak
+
+
+def test_throughput_stats_over_unlogged_steps(monkeypatch):
+    clock = iter([0.0, 10.0])
+    monkeypatch.setattr("training.metrics.time.perf_counter", lambda: next(clock))
+    t = Throughput(tokens_per_step_per_gpu=1000, flops_per_tok=1e9, peak_tflops=1.0)
+    stats = t.stats(step=10, steps=20, loss=1.0, lr=1e-4, grad_norm=1.0, peak_mem=0.0)
+    assert stats.tokens_per_s_per_gpu == 1000 and stats.step_time_s == 1.0
+    assert stats.mfu == pytest.approx(1.0) and stats.eta_s == 10
+    assert "tok/s/gpu" in stats.line() and "eta 0m10s" in stats.line()
+
+
+def test_lr_warmup_then_cosine_to_floor():
+    assert lr_at(0, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert lr_at(9, 1.0, 10, 100, 0.1) == pytest.approx(1.0)
+    assert lr_at(100, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert lr_at(55, 1.0, 10, 100, 0.1) == pytest.approx(0.55)
+
+
+def test_synthetic_batches_do_not_depend_on_world_size():
+    one = next(synthetic_batches("pattern", 3, 512, 16, 4, rank=0, world_size=1, position=2))
+    halves = [next(synthetic_batches("pattern", 3, 512, 16, 2, rank=r, world_size=2, position=2)) for r in (0, 1)]
+    assert torch.equal(one, torch.cat(halves))
+
+
+def test_pattern_data_is_an_arithmetic_progression():
+    block = next(synthetic_batches("pattern", 0, 512, 16, 1, 0, 1))[0]
+    steps = (block[1:] - block[:-1]) % 512
+    assert len(set(steps.tolist())) == 1
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--steps", "-3"], r"--steps: -3 must be a positive integer"),
+    (["--model", "gpt-17"], r"--model: 'gpt-17' is not a built-in"),
+    (["--storage-path", "gs://bucket/x"], r"--storage-path: 'gs://bucket/x' must be a local folder, file:// or s3://"),
+    (["--data", "hdfs://x/y.jsonl"], r"--data: 'hdfs://x/y.jsonl' must be random, pattern"),
+    (["--run-name", "a b"], r"--run-name: 'a b' may hold only"),
+    (["--inject-failure-at-step", "9", "--steps", "5"], r"--inject-failure-at-step: 9 must be between 1 and --steps"),
+])
+def test_bad_cli_input_is_one_clear_line(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_args(argv)
+
+
+def test_cli_prints_error_without_traceback(capsys):
+    assert main(["--steps", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "error: --steps: -1 must be a positive integer"
+
+
+def test_cli_non_integer_steps(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--steps", "ten"])
+    assert "--steps: 'ten' is not an integer" in capsys.readouterr().err

@@ -1,0 +1,131 @@
+"""All metric math: FLOPs per token, MFU, throughput, memory, and the per-step log line."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+# Dense bf16 tensor-core peaks, TFLOP/s per GPU, from the vendors' datasheets (no sparsity).
+DATASHEET_BF16_TFLOPS = {
+    "H200": 989.0,
+    "H100": 989.0,  # SXM; the PCIe part is lower (756)
+    "A100": 312.0,
+    "L40S": 362.0,
+    "A10G": 70.0,  # AWS's A10G runs below the A10's 125
+    "L4": 121.0,
+}
+
+
+def datasheet_peak_tflops(device_name: str) -> float | None:
+    """Peak for a CUDA device name such as 'NVIDIA H200' or 'NVIDIA L4'; None if unknown."""
+    name = device_name.upper()
+    for model in sorted(DATASHEET_BF16_TFLOPS, key=len, reverse=True):
+        if model in name.replace("-", " ").split() or model in name:
+            return DATASHEET_BF16_TFLOPS[model]
+    return None
+
+
+def count_params(model: torch.nn.Module, exclude_embedding: bool = False) -> int:
+    """Parameters (a tied embedding counted once); meta and sharded tensors count their full size."""
+    seen, total = set(), 0
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if exclude_embedding and "embed_tokens" in name:
+            continue
+        total += p.numel()
+    return total
+
+
+def flops_per_token(n_params: int, n_layers: int, n_heads: int, head_dim: int, seq_len: int) -> float:
+    """Training FLOPs per token, torchtitan's count.
+
+    6N: each parameter does one multiply-add (2 FLOPs) in forward and two in backward.
+    12*L*H*Q*T: attention scores and the weighted sum (QK^T and AV: 2 matmuls x 2 FLOPs) per
+    layer L, head H, head dim Q, over T = seq_len keys, times 3 for forward + backward.
+    Causal masking halves the real work; like torchtitan we do not discount it.
+    Activation recomputation is not counted: MFU measures useful work.
+    """
+    return 6 * n_params + 12 * n_layers * n_heads * head_dim * seq_len
+
+
+def model_flops_per_token(model: torch.nn.Module, seq_len: int) -> float:
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    # The input embedding is a lookup, not a matmul; a tied lm_head still is one and counts via 6N.
+    n_params = count_params(model, exclude_embedding=not config.tie_word_embeddings)
+    return flops_per_token(n_params, config.num_hidden_layers, config.num_attention_heads, head_dim, seq_len)
+
+
+def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak_tflops: float) -> float:
+    """Model FLOPs utilisation: achieved model FLOP/s over the peak, as a fraction."""
+    return tokens_per_s_per_gpu * flops_per_tok / (peak_tflops * 1e12)
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return 0.0
+
+
+@dataclass
+class StepStats:
+    step: int
+    steps: int
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float | None
+    peak_mem_gib: float
+    step_time_s: float
+    eta_s: float
+
+    def line(self) -> str:
+        mfu = f" mfu {self.mfu * 100:5.1f}%" if self.mfu is not None else ""
+        mem = f" mem {self.peak_mem_gib:5.1f}GiB" if self.peak_mem_gib else ""
+        return (
+            f"step {self.step:>5}/{self.steps} | loss {self.loss:7.4f} | lr {self.lr:.2e} | "
+            f"gnorm {self.grad_norm:6.3f} | {self.tokens_per_s_per_gpu:9,.0f} tok/s/gpu | "
+            f"{self.tflops_per_gpu:7.2f} TFLOP/s/gpu{mfu}{mem} | {self.step_time_s * 1000:7.1f} ms/step | "
+            f"eta {_duration(self.eta_s)}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class Throughput:
+    """Wall time between logged steps, so that unlogged steps need no host sync."""
+
+    def __init__(self, tokens_per_step_per_gpu: int, flops_per_tok: float, peak_tflops: float | None) -> None:
+        self.tokens_per_step = tokens_per_step_per_gpu
+        self.flops_per_tok = flops_per_tok
+        self.peak_tflops = peak_tflops
+        self.last_time = time.perf_counter()
+        self.last_step = 0
+        self.start_time = self.last_time
+
+    def reset(self, step: int) -> None:
+        self.last_time, self.last_step = time.perf_counter(), step
+
+    def stats(self, step: int, steps: int, loss: float, lr: float, grad_norm: float, peak_mem: float) -> StepStats:
+        """Call after a host sync (reading the loss is one)."""
+        now = time.perf_counter()
+        elapsed = max(now - self.last_time, 1e-9)
+        step_time = elapsed / max(step - self.last_step, 1)
+        self.last_time, self.last_step = now, step
+        tps = self.tokens_per_step / step_time
+        tflops = tps * self.flops_per_tok / 1e12
+        return StepStats(
+            step=step, steps=steps, loss=loss, lr=lr, grad_norm=grad_norm,
+            tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
+            mfu=mfu(tps, self.flops_per_tok, self.peak_tflops) if self.peak_tflops else None,
+            peak_mem_gib=peak_mem, step_time_s=step_time, eta_s=step_time * (steps - step),
+        )

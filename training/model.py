@@ -1,0 +1,160 @@
+"""Model construction and FSDP2 wiring.
+
+The model is built on the meta device, wrapped, sharded, then materialised on the target
+device; its full weights enter from rank 0 alone (broadcast), so no worker other than rank 0
+ever holds a full copy: memory-frugal loading of pretrained weights, and random init that is
+identical whatever the world size.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import checkpoint
+
+from training.config import TrainConfig
+
+
+def builtin_config(name: str):
+    from transformers import Qwen2Config
+
+    if name == "qwen2.5-1.5b":
+        # Qwen2.5-1.5B's published architecture: 1,543,714,304 parameters.
+        return Qwen2Config(
+            vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+            num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+            rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        )
+    if name == "tiny":
+        return Qwen2Config(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+            rope_theta=10_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        )
+    return None
+
+
+def model_config(cfg: TrainConfig):
+    from transformers import AutoConfig
+
+    return builtin_config(cfg.model) or AutoConfig.from_pretrained(cfg.model, cache_dir=cfg.cache_dir)
+
+
+class CausalLMWithLoss(nn.Module):
+    """A Hugging Face causal LM whose forward returns the mean next-token loss.
+
+    The loss is computed in token chunks, each recomputed in backward, so the fp32 logits
+    of a 151,936-token vocabulary never exist for the whole batch at once.
+    """
+
+    def __init__(self, lm: nn.Module, loss_chunk_tokens: int = 4096) -> None:
+        super().__init__()
+        self.lm = lm
+        self.loss_chunk_tokens = loss_chunk_tokens
+
+    @property
+    def config(self):
+        return self.lm.config
+
+    @property
+    def decoder_layers(self) -> nn.ModuleList:
+        return self.lm.model.layers
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        hidden = self.lm.model(input_ids=input_ids).last_hidden_state
+        hidden = hidden.reshape(-1, hidden.shape[-1])
+        labels = labels.reshape(-1)
+        weight = self.lm.lm_head.weight
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for start in range(0, hidden.shape[0], self.loss_chunk_tokens):
+            end = start + self.loss_chunk_tokens
+            total = total + checkpoint(_chunk_loss_sum, hidden[start:end], weight, labels[start:end], use_reentrant=False)
+        return total / labels.numel()
+
+
+def _chunk_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    logits = F.linear(hidden, weight).float()
+    return F.cross_entropy(logits, labels, reduction="sum")
+
+
+def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
+    """Rank 0's full fp32 weights: pretrained from the hub/path, or seeded random init."""
+    from transformers import AutoModelForCausalLM
+
+    if builtin_config(cfg.model) is None:
+        lm = AutoModelForCausalLM.from_pretrained(
+            cfg.model, cache_dir=cfg.cache_dir, dtype=torch.float32, low_cpu_mem_usage=True
+        )
+    else:
+        torch.manual_seed(cfg.seed)
+        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    return {f"lm.{k}": v for k, v in lm.state_dict().items()}
+
+
+def apply_activation_checkpointing(model: CausalLMWithLoss) -> None:
+    layers = model.decoder_layers
+    for i, layer in enumerate(layers):
+        layers[i] = checkpoint_wrapper(layer)
+
+
+def apply_compile(model: CausalLMWithLoss) -> None:
+    for layer in model.decoder_layers:
+        layer.compile()
+
+
+def apply_fsdp(model: CausalLMWithLoss, device: torch.device, world_size: int,
+               reshard_after_forward: bool = True) -> None:
+    """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head).
+
+    The tied embedding and lm_head are one parameter, so they must share a unit: the root.
+    On GPU: bf16 compute, fp32 master weights and optimizer state, fp32 gradient reduction.
+    On CPU (gloo): fp32 throughout; gloo's reduce-scatter sums instead of averaging
+    (pytorch issue 162338), so gradients are divided by the world size explicitly.
+    """
+    if device.type == "cuda":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        mp = MixedPrecisionPolicy()
+    for layer in model.decoder_layers:
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+    # The root's parameters are used last in forward and first in backward: keep them gathered.
+    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+    if device.type != "cuda" and world_size > 1:
+        for module in model.modules():
+            if hasattr(module, "set_gradient_divide_factor"):
+                module.set_gradient_divide_factor(float(world_size))
+
+
+def _reset_non_persistent_buffers(model: CausalLMWithLoss, device: torch.device) -> None:
+    """Buffers outside the state dict (rotary inv_freq) are garbage after to_empty: rebuild them."""
+    for module in model.modules():
+        if not getattr(module, "_non_persistent_buffers_set", None):
+            continue
+        fresh = type(module)(config=model.config).to(device)
+        for name in module._non_persistent_buffers_set:
+            module._buffers[name] = getattr(fresh, name)
+
+
+def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: int) -> CausalLMWithLoss:
+    """The sharded, materialised model with rank 0's weights broadcast to every worker."""
+    from transformers import AutoModelForCausalLM
+
+    config = model_config(cfg)
+    full_state = full_state_dict_on_rank0(cfg, config) if rank == 0 else {}
+    with torch.device("meta"):
+        model = CausalLMWithLoss(AutoModelForCausalLM.from_config(config, dtype=torch.float32))
+    if cfg.activation_checkpointing:
+        apply_activation_checkpointing(model)
+    if cfg.compile:
+        apply_compile(model)
+    apply_fsdp(model, device, world_size)
+    model.to_empty(device=device)
+    _reset_non_persistent_buffers(model, device)
+    set_model_state_dict(
+        model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    return model

@@ -1,0 +1,48 @@
+"""The optimizer, the learning-rate schedule and one training step: shared by train and bench."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW on fp32 master weights; no decay on biases and norms; fused kernels on GPU."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+
+
+def lr_at(step: int, peak: float, warmup: int, total: int, min_ratio: float) -> float:
+    """Linear warmup to the peak, then cosine decay to min_ratio * peak at the last step."""
+    if warmup and step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[torch.Tensor],
+               grad_accum: int, grad_clip: float, lr: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimizer step over grad_accum micro-batches; returns (loss, grad norm) as device tensors.
+
+    Nothing here syncs with the host: the caller reads the tensors only on logged steps.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=device)
+    for micro in range(grad_accum):
+        block = next(batches).to(device, non_blocking=True)
+        # FSDP2 reduce-scatters only after the last micro-batch's backward.
+        model.set_requires_gradient_sync(micro == grad_accum - 1)
+        loss = model(block[:, :-1], block[:, 1:]) / grad_accum
+        loss.backward()
+        loss_sum += loss.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, grad_norm

@@ -1,0 +1,223 @@
+"""Fine-tune a causal LM with FSDP2 under Ray Train: `python -m training.train --help`.
+
+The same code runs on a laptop (--local: local Ray, CPU workers over gloo, tiny model), on
+one GPU box (--local with GPUs) and on the EKS RayCluster (joins it at address auto).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, parse_args
+from training.metrics import Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
+
+NCCL_LOG_DIR = "/tmp/nccl-logs"
+
+
+# ---------------------------------------------------------------- inside each worker
+
+
+def train_func(config: dict) -> None:
+    import ray.train
+
+    from training import checkpoint as ckpt
+    from training.data import dataset_batches, synthetic_batches
+    from training.model import build_model
+    from training.step import lr_at, make_optimizer, train_step
+
+    cfg = TrainConfig(**config)
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    transport = check_transport(cfg, context, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
+
+    model = build_model(cfg, device, rank, world)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
+    step, position = 0, 0
+    restored = ray.train.get_checkpoint()
+    if restored:
+        with restored.as_directory() as folder:
+            step, position = ckpt.load(folder, model, optimizer)
+        log(rank, f"resumed from checkpoint at step {step} (data position {position})")
+
+    if cfg.data in SYNTHETIC_DATA:
+        batches = synthetic_batches(cfg.data, cfg.seed, model.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
+    else:
+        batches = dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position)
+
+    peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
+    flops_tok = model_flops_per_token(model, cfg.seq_len)
+    throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak)
+    history: list[dict] = []
+    last = None
+    while step < cfg.steps:
+        maybe_inject_failure(cfg, step + 1, rank, world)
+        lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+        loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device)
+        step += 1
+        position += cfg.grad_accum
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            dist.all_reduce(loss)  # the mean over workers; also the host sync of this step
+            norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+            last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(norm), peak_memory_gib(device))
+            history.append({"step": step, "loss": last.loss, "lr": lr, "grad_norm": last.grad_norm})
+            log(rank, last.line())
+        if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            metrics = {"step": step, "loss_history": history, "transport": transport, "world_size": world,
+                       **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
+            with tempfile.TemporaryDirectory() as folder:
+                ckpt.save(folder, model, optimizer, step, position, rank)
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+            throughput.reset(step)  # keep checkpoint time out of the next step's throughput
+    if cfg.export_hf:
+        with tempfile.TemporaryDirectory() as folder:
+            ckpt.export_hf(model, model.config, folder, rank)
+            if rank == 0:
+                from training.storage import upload_folder
+
+                upload_folder(folder, f"{run_uri(cfg)}/hf-export")
+
+
+def log(rank: int, message: str) -> None:
+    if rank == 0:
+        print(message, flush=True)
+
+
+def maybe_inject_failure(cfg: TrainConfig, step: int, rank: int, world: int) -> None:
+    """Testing recovery: one worker dies once, at the start of the given step."""
+    if cfg.inject_failure_at_step != step or rank != world - 1:
+        return
+    marker = Path(tempfile.gettempdir()) / f"injected-failure-{cfg.run_name}-{cfg.seed}"
+    if marker.exists():
+        return
+    marker.write_text(str(step))
+    print(f"injecting a worker failure at step {step} (rank {rank})", flush=True)
+    os._exit(1)
+
+
+def check_transport(cfg: TrainConfig, context, rank: int) -> str:
+    """Run one collective, judge this node's NCCL logs, and stop the job if EFA is required and missing."""
+    from training.transport import judge_files
+
+    probe = torch.ones(1, device="cuda")
+    dist.all_reduce(probe)
+    torch.cuda.synchronize()
+    dist.barrier()
+    verdict_line, ok = "NCCL logs not written (set --require-efa to collect them)", True
+    if context.get_local_rank() == 0:
+        logs = sorted(Path(NCCL_LOG_DIR).glob(f"{cfg.run_name}.*.log"))
+        if logs:
+            verdict = judge_files(logs, cfg.require_efa)
+            verdict_line, ok = verdict.line, verdict.ok
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (verdict_line, ok))
+    judged = [g for g in gathered if g[0] and not g[0].startswith("NCCL logs not written")] or gathered
+    failing = [line for line, passed in judged if not passed]
+    line = failing[0] if failing else judged[0][0]
+    log(rank, f"NCCL transport: {line}")
+    if failing and cfg.require_efa:
+        raise RuntimeError(f"--require-efa: {line}")
+    return line
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def run_uri(cfg: TrainConfig) -> str:
+    return f"{storage_uri(cfg.storage_path)}/{cfg.run_name}"
+
+
+def storage_uri(path: str) -> str:
+    return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())
+
+
+def worker_env(cfg: TrainConfig) -> dict[str, str]:
+    """Environment every worker starts with: NCCL reads it when its first communicator starts."""
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    if cfg.require_efa:
+        env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{NCCL_LOG_DIR}/{cfg.run_name}.%h.%p.log"}
+    return env
+
+
+def fit(cfg: TrainConfig) -> dict:
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    started = time.time()
+    if cfg.require_efa:
+        Path(NCCL_LOG_DIR).mkdir(parents=True, exist_ok=True)
+    if not ray.is_initialized():
+        if cfg.local:
+            ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env={"env_vars": worker_env(cfg)},
+                     logging_level="ERROR")
+        else:
+            ray.init(address="auto", runtime_env={"env_vars": worker_env(cfg)})
+    use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
+    datasets = {}
+    if cfg.data not in SYNTHETIC_DATA:
+        from training.data import read_text_dataset
+
+        datasets["train"] = read_text_dataset(cfg.data, cfg.model, cfg.seq_len, cfg.text_field, cfg.cache_dir)
+    from training import train as importable  # by reference: `python -m` makes this module __main__
+
+    trainer = TorchTrainer(
+        importable.train_func,
+        train_loop_config=dataclasses.asdict(cfg),
+        scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=use_gpu,
+                                     resources_per_worker=None if use_gpu else {"CPU": 1}),
+        run_config=RunConfig(
+            name=cfg.run_name, storage_path=storage_uri(cfg.storage_path),
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+        datasets=datasets or None,
+    )
+    result = trainer.fit()
+    metrics = dict(result.metrics or {})
+    summary = {
+        "run": run_uri(cfg),
+        "settings": dataclasses.asdict(cfg),
+        "wall_time_s": round(time.time() - started, 1),
+        "final_step": metrics.get("step"),
+        "final_loss": (metrics.get("loss_history") or [{}])[-1].get("loss"),
+        "tokens_per_s_per_gpu": metrics.get("tokens_per_s_per_gpu"),
+        "tokens_per_s_total": (metrics.get("tokens_per_s_per_gpu") or 0) * (metrics.get("world_size") or 0),
+        "tflops_per_gpu": metrics.get("tflops_per_gpu"),
+        "mfu": metrics.get("mfu"),
+        "peak_mem_gib": metrics.get("peak_mem_gib"),
+        "transport": metrics.get("transport"),
+        "checkpoint": result.checkpoint.path if result.checkpoint else None,
+        "loss_history": metrics.get("loss_history"),
+    }
+    from training.storage import write_text
+
+    write_text(f"{run_uri(cfg)}/run_summary.json", json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_args(argv)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    summary = fit(cfg)
+    brief = {k: v for k, v in summary.items() if k not in ("settings", "loss_history")}
+    print("run summary: " + json.dumps(brief))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

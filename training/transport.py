@@ -1,0 +1,141 @@
+"""What NCCL really used, read from NCCL_DEBUG=INFO logs, and whether that was EFA.
+
+    python -m training.transport [--require-efa] LOGFILE...
+
+"Using network X" names the network plugin even on one NVLink box, so the verdict rests on
+each communicator's channel lines ("via P2P/CUMEM", "via NET/Socket/0", "via NET/Libfabric/0")
+and on aws-ofi-nccl's "Selected provider is efa"; "nNodes N" says whether a communicator
+spans nodes. A communicator that does not span nodes needs no network and always passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+_COMM = re.compile(r"comm (0x[0-9a-f]+) rank (\d+) nRanks (\d+) nNodes (\d+)", re.I)
+_NETWORK = re.compile(r"Using network (.+?)\s*$")
+_PROVIDER = re.compile(r"Selected provider is (\w+)", re.I)
+_VIA = re.compile(r"via (\S+(?: Libfabric)?\S*)")
+
+
+@dataclass
+class Communicator:
+    comm: str
+    nranks: int
+    nnodes: int
+    network: str | None = None
+    provider: str | None = None
+    intra_node: set[str] = field(default_factory=set)
+    inter_node: set[str] = field(default_factory=set)
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.nnodes > 1
+
+    def inter_node_transport(self) -> str | None:
+        """efa, libfabric-<provider>, socket, ib, or None when nothing went between nodes."""
+        kinds = self.inter_node or ({_net_kind(self.network)} if self.spans_nodes and self.network else set())
+        named = set()
+        for kind in kinds:
+            if kind == "libfabric":
+                provider = (self.provider or "unknown").lower()
+                named.add("efa" if provider == "efa" else f"libfabric-{provider}")
+            else:
+                named.add(kind)
+        return "+".join(sorted(named)) if named else None
+
+
+def _net_kind(text: str) -> str:
+    lower = text.lower()
+    if "libfabric" in lower or "ofi" in lower:
+        return "libfabric"
+    if "socket" in lower:
+        return "socket"
+    if "ib" in lower.split("/") or lower.startswith("ib"):
+        return "ib"
+    return lower
+
+
+def _channel_kind(via: str) -> tuple[bool, str]:
+    """(is_network, kind) of a channel's transport such as P2P/CUMEM or NET/Socket/0."""
+    if via.upper().startswith(("NET/", "COLLNET")):
+        return True, _net_kind(via[4:])
+    return False, via.split("/")[0].upper()
+
+
+def parse_log(text: str) -> list[Communicator]:
+    comms: dict[str, Communicator] = {}
+    current: Communicator | None = None
+    network = provider = None
+    for line in text.splitlines():
+        if m := _NETWORK.search(line):
+            network = m.group(1)
+        if m := _PROVIDER.search(line):
+            provider = m.group(1)
+        if m := _COMM.search(line):
+            current = comms.setdefault(m.group(1), Communicator(m.group(1), int(m.group(3)), int(m.group(4))))
+            current.network = current.network or network
+        if current is not None:
+            current.provider = current.provider or provider
+            if " via " in line and "Channel" in line:
+                is_net, kind = _channel_kind(_VIA.search(line).group(1))
+                (current.inter_node if is_net else current.intra_node).add(kind)
+    return list(comms.values())
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    line: str
+    communicators: list[dict]
+
+
+def judge(communicators: list[Communicator], require_efa: bool) -> Verdict:
+    spanning = [c for c in communicators if c.spans_nodes]
+    bad = [c for c in spanning if c.inter_node_transport() != "efa"]
+    summary = [
+        {**{k: v for k, v in asdict(c).items() if k not in ("intra_node", "inter_node")},
+         "intra_node": sorted(c.intra_node), "inter_node": c.inter_node_transport()}
+        for c in communicators
+    ]
+    if not communicators:
+        return Verdict(not require_efa, "no NCCL communicator found in the logs (is NCCL_DEBUG=INFO set?)", summary)
+    if not spanning:
+        intra = sorted(set().union(*(c.intra_node for c in communicators))) or ["none logged"]
+        return Verdict(True, f"single node: no inter-node traffic; intra-node {'+'.join(intra)}", summary)
+    if bad:
+        used = sorted({c.inter_node_transport() or "unknown" for c in bad})
+        line = f"inter-node traffic NOT on EFA: {', '.join(used)} in {len(bad)} of {len(spanning)} multi-node communicators"
+        return Verdict(not require_efa, line, summary)
+    return Verdict(True, f"inter-node traffic on EFA in all {len(spanning)} multi-node communicators", summary)
+
+
+def judge_files(paths: list[str | Path], require_efa: bool) -> Verdict:
+    comms: list[Communicator] = []
+    for path in paths:
+        comms.extend(parse_log(Path(path).read_text(errors="replace")))
+    return judge(comms, require_efa)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.transport", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--require-efa", action="store_true", help="exit 1 unless every multi-node communicator uses EFA")
+    parser.add_argument("logs", nargs="+", help="NCCL_DEBUG=INFO log files (NCCL_DEBUG_FILE output)")
+    args = parser.parse_args(argv)
+    missing = [p for p in args.logs if not Path(p).is_file()]
+    if missing:
+        print(f"error: LOGFILE: no such file: {missing[0]}", file=sys.stderr)
+        return 2
+    verdict = judge_files(args.logs, args.require_efa)
+    print(("PASS: " if verdict.ok else "FAIL: ") + verdict.line)
+    print(json.dumps({"ok": verdict.ok, "verdict": verdict.line, "communicators": verdict.communicators}, indent=1))
+    return 0 if verdict.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
