@@ -43,7 +43,8 @@ test: $(VENV)/.dev-deps node_modules/.installed
 
 train-local: $(VENV)/.dev-deps
 	$(PY) -m training.train --local --workers 2 --model tiny --steps 30 --seq-len 128 \
-		--micro-batch 4 --storage-path $(CURDIR)/runs --run-name local-tiny --checkpoint-every 10 $(TRAIN_ARGS)
+		--micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
+		--run-name local-tiny-$$(date +%s) --checkpoint-every 10 $(TRAIN_ARGS)
 
 clean:
 	rm -rf cdk.out .pytest_cache

@@ -65,7 +65,7 @@ def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, text_field
     texts = []
     messages = batch.get("messages")
     for i in range(len(next(iter(batch.values())))):
-        if messages is not None and messages[i] is not None and len(messages[i]) > 0:
+        if messages is not None and isinstance(messages[i], (list, np.ndarray)) and len(messages[i]) > 0:
             chat = [dict(m) for m in messages[i]]
             texts.append(tokenizer.apply_chat_template(chat, tokenize=False))
         else:

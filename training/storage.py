@@ -26,3 +26,40 @@ def upload_folder(local: str | Path, uri: str) -> None:
     fs, path = _filesystem(uri)
     fs.create_dir(path, recursive=True)
     pyarrow.fs.copy_files(str(local), path, destination_filesystem=fs)
+
+
+def latest_checkpoint(run_uri: str):
+    """The newest complete checkpoint of a run (a crashed run leaves no Ray snapshot), or None.
+
+    Complete means DCP's .metadata and our train_state.json are both there; the newest is the
+    one with the highest step.
+    """
+    import json
+
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
+    fs, path = _filesystem(run_uri)
+    try:
+        entries = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    except (FileNotFoundError, OSError):
+        return None
+    best = None
+    for entry in entries:
+        if entry.type != pyarrow.fs.FileType.Directory or not entry.base_name.startswith("checkpoint_"):
+            continue
+        files = {f.base_name for f in fs.get_file_info(pyarrow.fs.FileSelector(entry.path))}
+        if not {".metadata", "train_state.json"} <= files:
+            continue
+        with fs.open_input_stream(f"{entry.path}/train_state.json") as stream:
+            step = json.loads(stream.read())["step"]
+        if best is None or step > best[0]:
+            best = (step, entry.path)
+    return Checkpoint(best[1], filesystem=fs) if best else None
+
+
+def exists(uri: str) -> bool:
+    import pyarrow.fs
+
+    fs, path = _filesystem(uri)
+    return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound

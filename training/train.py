@@ -45,7 +45,10 @@ def train_func(config: dict) -> None:
     model = build_model(cfg, device, rank, world)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
     step, position = 0, 0
-    restored = ray.train.get_checkpoint()
+    from training.storage import latest_checkpoint
+
+    # Ray restores within one fit(); a rerun after a crash finds the checkpoint itself.
+    restored = ray.train.get_checkpoint() or latest_checkpoint(run_uri(cfg))
     if restored:
         with restored.as_directory() as folder:
             step, position = ckpt.load(folder, model, optimizer)
@@ -74,7 +77,9 @@ def train_func(config: dict) -> None:
             history.append({"step": step, "loss": last.loss, "lr": lr, "grad_norm": last.grad_norm})
             log(rank, last.line())
         if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            metrics = {"step": step, "loss_history": history, "transport": transport, "world_size": world,
+            # The history rides on the last report only: Ray Train logs every report in full.
+            metrics = {"step": step, "transport": transport, "world_size": world,
+                       **({"loss_history": history} if step == cfg.steps else {}),
                        **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
             with tempfile.TemporaryDirectory() as folder:
                 ckpt.save(folder, model, optimizer, step, position, rank)
@@ -98,10 +103,12 @@ def maybe_inject_failure(cfg: TrainConfig, step: int, rank: int, world: int) -> 
     """Testing recovery: one worker dies once, at the start of the given step."""
     if cfg.inject_failure_at_step != step or rank != world - 1:
         return
-    marker = Path(tempfile.gettempdir()) / f"injected-failure-{cfg.run_name}-{cfg.seed}"
-    if marker.exists():
+    from training.storage import exists, write_text
+
+    marker = f"{run_uri(cfg)}/.injected-failure"
+    if exists(marker):
         return
-    marker.write_text(str(step))
+    write_text(marker, str(step))
     print(f"injecting a worker failure at step {step} (rank {rank})", flush=True)
     os._exit(1)
 
