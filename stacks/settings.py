@@ -27,7 +27,7 @@ KUBECTL_LAYER_MODULES = {"1.36": "aws_cdk.lambda_layer_kubectl_v36"}
 
 ENDPOINT_ACCESS_MODES = ("public", "private", "public_and_private")
 PLACEMENT_GROUP_MODES = ("auto", "on", "off")
-DATA_SOURCE_SCHEMES = ("synthetic", "file://", "s3://", "/")
+DATA_SOURCE_PREFIXES = ("s3://", "file://", "/")
 
 
 class SettingsError(ValueError):
@@ -50,8 +50,8 @@ class TrainingSettings:
     """Micro-batches per optimizer step."""
     learning_rate: float = 2e-5
     """Peak learning rate after warmup."""
-    data: str = "synthetic"
-    """'synthetic' (random token ids) or a JSONL/Parquet path: s3://bucket/key or a pod path."""
+    data: str = "random"
+    """random (token ids: throughput and transport), pattern, or JSONL/Parquet at s3://... or a pod path."""
     activation_checkpointing: bool = True
     """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
     checkpoint_every: int = 50
@@ -104,6 +104,8 @@ class Settings:
     """EFA-capable GPU instance type; must be in cdk_constructs/instance_types.py."""
     gpu_node_count: int = 2
     """Number of GPU nodes, one Ray worker pod each."""
+    worker_gpus: int | None = None
+    """GPUs each Ray worker pod requests; must equal the instance table's GPUs per node (default)."""
     gpu_node_disk_gib: int = 200
     """Encrypted gp3 root volume of each GPU node; the training image is large."""
     gpu_node_taint: bool = True
@@ -319,6 +321,8 @@ def _validate_instance(s: Settings) -> None:
     _require(gpu is not None, f"gpu_instance_type: {s.gpu_instance_type!r} is not in the instance table; known EFA GPU types: {known}")
     _require(gpu.gpus > 0, f"gpu_instance_type: {s.gpu_instance_type} has no GPU; known EFA GPU types: {known}")
     _require(gpu.supports_efa, f"gpu_instance_type: {s.gpu_instance_type} does not support EFA; known EFA GPU types: {known}")
+    _require(s.worker_gpus is None or s.worker_gpus == gpu.gpus,
+             f"worker_gpus: {s.worker_gpus} differs from the {gpu.gpus} GPUs of {gpu.name}; one worker pod takes all GPUs of its node")
     system = INSTANCE_TYPES.get(s.system_instance_type)
     systems = ", ".join(sorted(n for n, spec in INSTANCE_TYPES.items() if spec.gpus == 0))
     _require(system is not None and system.gpus == 0,
@@ -326,7 +330,7 @@ def _validate_instance(s: Settings) -> None:
 
 
 def _validate_training(t: TrainingSettings) -> None:
-    from training.config import BUILTIN_MODELS  # the trainer owns its model names
+    from training.config import BUILTIN_MODELS, SYNTHETIC_DATA  # the trainer owns these names
 
     _require(t.steps >= 1, f"training.steps: {t.steps} must be at least 1")
     _require(t.seq_len >= 16 and t.seq_len % 16 == 0 and t.seq_len <= 131072,
@@ -336,9 +340,9 @@ def _validate_training(t: TrainingSettings) -> None:
     _require(0 < t.learning_rate < 1, f"training.learning_rate: {t.learning_rate} must be in (0, 1)")
     _require(t.checkpoint_every >= 1, f"training.checkpoint_every: {t.checkpoint_every} must be at least 1")
     _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
-    _require(t.data == "synthetic" or t.data.startswith(DATA_SOURCE_SCHEMES[1:]),
-             f"training.data: {t.data!r} must be 'synthetic', s3://..., file://... or an absolute path")
-    _require(t.data == "synthetic" or t.data.rstrip("/").endswith((".jsonl", ".parquet", "/")) or "." not in t.data.rsplit("/", 1)[-1],
+    _require(t.data in SYNTHETIC_DATA or t.data.startswith(DATA_SOURCE_PREFIXES),
+             f"training.data: {t.data!r} must be random, pattern, s3://..., file://... or an absolute path")
+    _require(t.data in SYNTHETIC_DATA or t.data.endswith((".jsonl", ".parquet", "/")) or "." not in t.data.rsplit("/", 1)[-1],
              f"training.data: {t.data!r} must be a .jsonl or .parquet file or a folder of them")
     _require(bool(re.fullmatch(r"[\w./-]+", t.model)) and (t.model in BUILTIN_MODELS or "/" in t.model),
              f"training.model: {t.model!r} must be a hub id (org/name), a path, or one of {', '.join(BUILTIN_MODELS)}")

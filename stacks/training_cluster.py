@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from aws_cdk import Environment, Stack, Tags
+from aws_cdk import Annotations, CfnOutput, Environment, Stack, Tags
 from constructs import Construct
 
 from cdk_constructs.cluster import EksCluster, EksClusterProps
+from cdk_constructs.device_plugins import DevicePlugins, DevicePluginsProps
+from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
+from cdk_constructs.kuberay import KubeRayOperator, KubeRayOperatorProps
 from cdk_constructs.network import Network, NetworkProps
 from cdk_constructs.node_groups import GpuNodeGroup, GpuNodeGroupProps, SystemNodeGroup, SystemNodeGroupProps
 from stacks.nag import add_nag_suppressions
-from stacks.settings import Settings
+from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadProps
+from stacks.settings import Settings, image_is_pinned
 
 
 class EfaTrainingStack(Stack):
@@ -23,6 +27,9 @@ class EfaTrainingStack(Stack):
         self._add_network()
         self._add_cluster()
         self._add_node_groups()
+        self._add_cluster_software()
+        self._add_training()
+        self._add_outputs()
         for key, value in settings.tags.items():
             Tags.of(self).add(key, value)
         add_nag_suppressions(self, self.cluster)
@@ -72,3 +79,48 @@ class EfaTrainingStack(Stack):
                 capacity_reservation_id=s.capacity_reservation_id,
             ),
         )
+
+    def _add_cluster_software(self) -> None:
+        s = self.settings
+        self.device_plugins = DevicePlugins(
+            self, "DevicePlugins",
+            DevicePluginsProps(cluster=self.cluster, gpu_instance_type=s.gpu_instance_type, gpu_taint=s.gpu_node_taint),
+        )
+        self.device_plugins.node.add_dependency(self.gpu_nodes.nodegroup)
+        self.kuberay = KubeRayOperator(self, "KubeRay", KubeRayOperatorProps(cluster=self.cluster))
+        self.kuberay.node.add_dependency(self.system_nodes.nodegroup)
+
+    def _add_training(self) -> None:
+        s, t = self.settings, self.settings.training
+        if not image_is_pinned(t.image):
+            Annotations.of(self).add_warning_v2(
+                "eks-fsdp-efa:unpinned-image",
+                f"training.image {t.image} is a moving tag; pin vX.Y.Z or a digest for reproducible runs.")
+        spec = INSTANCE_TYPES[s.gpu_instance_type]
+        pod = worker_pod_resources(spec)
+        self.training = TrainingWorkload(
+            self, "Training",
+            TrainingWorkloadProps(
+                cluster=self.cluster, image=t.image, worker_replicas=s.gpu_node_count,
+                gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
+                cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
+                train_args={
+                    "model": t.model, "steps": t.steps, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
+                    "grad_accum": t.grad_accum, "lr": t.learning_rate, "data": t.data,
+                    "activation_checkpointing": t.activation_checkpointing, "checkpoint_every": t.checkpoint_every,
+                    "max_failures": t.max_failures, "require_efa": t.require_efa, "cache_dir": "/mnt/model-cache",
+                },
+                active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+                bucket_auto_delete=t.checkpoint_bucket_auto_delete,
+            ),
+        )
+        # Order: device plugins and KubeRay (CRDs) before anything that needs them.
+        self.training.ray_cluster.node.add_dependency(self.kuberay, self.device_plugins)
+
+    def _add_outputs(self) -> None:
+        ns, job = "training", "fsdp-finetune"
+        CfnOutput(self, "Kubeconfig", value=f"aws eks update-kubeconfig --region {self.region} --name {self.cluster.cluster_name}")
+        CfnOutput(self, "JobStatus", value=f"kubectl -n {ns} get rayjob {job} -o wide")
+        CfnOutput(self, "JobLogs", value=f"kubectl -n {ns} logs -f job/{job}")
+        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/fsdp-head-svc 8265:8265")
+        CfnOutput(self, "CheckpointBucket", value=self.training.bucket.bucket_name)

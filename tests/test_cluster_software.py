@@ -1,0 +1,301 @@
+"""Cluster software: Helm charts, the trainer ConfigMap, RayCluster and RayJob against real schemas."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from cdk_constructs import ray_manifests as rm
+from cdk_constructs.device_plugins import EFA_VERSION, efa_values
+from cdk_constructs.kuberay import KUBERAY_VERSION
+from cdk_constructs.training_workload import TRAINER_PACKAGE
+from stacks.settings import SettingsError, settings_from_context
+from tests.conftest import DATA, base_context, resources_of, template_for
+
+CRDS = DATA / "kuberay-v1.7.0"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def resolve(value):
+    """Render CloudFormation intrinsics as placeholders, so a manifest string can be parsed."""
+    if isinstance(value, dict):
+        if "Fn::Join" in value:
+            sep, parts = value["Fn::Join"]
+            return sep.join(resolve(p) for p in parts)
+        if "Ref" in value:
+            return f"ref-{value['Ref'].lower()[:20]}"
+        if "Fn::GetAtt" in value:
+            return f"att-{value['Fn::GetAtt'][0].lower()[:20]}"
+        return {k: resolve(v) for k, v in value.items()}
+    return value
+
+
+def manifests(template) -> list[dict]:
+    found = []
+    for resource in resources_of(template, "Custom::AWSCDK-EKS-KubernetesResource").values():
+        found.extend(json.loads(resolve(resource["Properties"]["Manifest"])))
+    return found
+
+
+def manifest_of(template, kind: str) -> dict:
+    [manifest] = [m for m in manifests(template) if m["kind"] == kind]
+    return manifest
+
+
+def helm_chart(template, chart: str) -> dict:
+    [props] = [r["Properties"] for r in resources_of(template, "Custom::AWSCDK-EKS-HelmChart").values()
+               if r["Properties"]["Chart"] == chart]
+    return props | {"Values": json.loads(resolve(props.get("Values", "{}")))}
+
+
+def crd_schema(kind: str) -> dict:
+    crd = yaml.safe_load((CRDS / f"ray.io_{kind.lower()}s.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def unknown_fields(instance, schema, path="") -> list[str]:
+    """Fields the schema does not declare: Kubernetes would silently prune them."""
+    if not isinstance(schema, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    found = []
+    if isinstance(instance, dict) and "properties" in schema:
+        for key, value in instance.items():
+            if key in schema["properties"]:
+                found += unknown_fields(value, schema["properties"][key], f"{path}.{key}")
+            elif not schema.get("additionalProperties"):
+                found.append(f"{path}.{key}")
+    elif isinstance(instance, dict) and isinstance(schema.get("additionalProperties"), dict):
+        for key, value in instance.items():
+            found += unknown_fields(value, schema["additionalProperties"], f"{path}.{key}")
+    elif isinstance(instance, list) and "items" in schema:
+        for i, item in enumerate(instance):
+            found += unknown_fields(item, schema["items"], f"{path}[{i}]")
+    return found
+
+
+def validate_against_crd(manifest: dict) -> None:
+    schema = crd_schema(manifest["kind"])
+    jsonschema.Draft7Validator(schema).validate(manifest)
+    assert unknown_fields(manifest, schema) == []
+
+
+@pytest.fixture(scope="module")
+def cluster(template):
+    return manifest_of(template, "RayCluster")
+
+
+@pytest.fixture(scope="module")
+def worker(cluster):
+    return cluster["spec"]["workerGroupSpecs"][0]
+
+
+# ------------------------------------------------------------------ schemas
+
+
+def test_ray_cluster_matches_kuberay_crd(cluster):
+    validate_against_crd(cluster)
+
+
+def test_ray_job_matches_kuberay_crd(template):
+    validate_against_crd(manifest_of(template, "RayJob"))
+
+
+def test_unknown_field_is_caught():
+    manifest = rm.ray_job_manifest("j", "ns", "c", "python -m training.train", 60, 1)
+    manifest["spec"]["rayStartParam"] = {}
+    assert unknown_fields(manifest, crd_schema("RayJob")) == [".spec.rayStartParam"]
+
+
+@pytest.mark.parametrize("kind", ["Namespace", "ConfigMap"])
+def test_core_kinds_valid_for_kubernetes_1_36(template, kind):
+    kubernetes_validate.validate(manifest_of(template, kind), "1.36", strict=True)
+
+
+# ------------------------------------------------------------------ charts
+
+
+@pytest.mark.parametrize("chart,repository,version", [
+    ("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.20.0"),
+    ("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", EFA_VERSION),
+    ("kuberay-operator", "https://ray-project.github.io/kuberay-helm/", KUBERAY_VERSION),
+])
+def test_charts_pinned_from_their_owners(template, chart, repository, version):
+    props = helm_chart(template, chart)
+    assert props["Repository"] == repository and props["Version"] == version
+
+
+def test_device_plugins_tolerate_the_gpu_taint(template):
+    for chart in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
+        values = helm_chart(template, chart)["Values"]
+        assert values["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+        assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+
+
+def test_kuberay_operator_on_system_node(template):
+    assert helm_chart(template, "kuberay-operator")["Values"]["nodeSelector"] == {"role": "system"}
+
+
+def test_gpu_type_is_in_the_pinned_efa_chart_allowlist():
+    chart_values = yaml.safe_load((DATA / "eks-charts" / f"aws-efa-k8s-device-plugin-{EFA_VERSION}.values.yaml").read_text())
+    assert "g6.12xlarge" in chart_values["supportedInstanceLabels"]["values"]
+
+
+@pytest.mark.parametrize("instance_type", ["g6.12xlarge", "p5.48xlarge", "g6e.12xlarge"])
+def test_efa_values_allow_the_configured_type(instance_type):
+    assert efa_values(instance_type, True)["supportedInstanceLabels"]["values"] == [instance_type]
+
+
+# ------------------------------------------------------------------ trainer ConfigMap
+
+
+def test_configmap_holds_every_trainer_file_under_1_mib(template):
+    configmap = manifest_of(template, "ConfigMap")
+    expected = {f"training/{p.name}" for p in TRAINER_PACKAGE.glob("*.py")}
+    assert {rm.configmap_key(p) for p in expected} == set(configmap["data"])
+    assert len(json.dumps(configmap["data"]).encode()) < rm.CONFIGMAP_LIMIT_BYTES
+
+
+def test_configmap_volume_keeps_package_layout(worker):
+    [volume] = [v for v in worker["template"]["spec"]["volumes"] if v["name"] == "trainer"]
+    assert {"key": "training__train.py", "path": "training/train.py"} in volume["configMap"]["items"]
+
+
+def test_configmap_name_changes_with_trainer():
+    one = rm.content_hash({"training/a.py": "x = 1"})
+    assert one != rm.content_hash({"training/a.py": "x = 2"})
+
+
+def test_configmap_over_limit_is_refused():
+    with pytest.raises(ValueError, match="exceeds Kubernetes' 1 MiB limit"):
+        rm.trainer_configmap("t", "ns", {"training/big.py": "#" * (1024 * 1024)})
+
+
+# ------------------------------------------------------------------ RayCluster
+
+
+def test_head_is_cluster_internal_on_system_node_with_no_gpus(cluster):
+    head = cluster["spec"]["headGroupSpec"]
+    assert head["serviceType"] == "ClusterIP" and head["rayStartParams"]["num-gpus"] == "0"
+    assert head["template"]["spec"]["nodeSelector"] == {"role": "system"}
+
+
+def test_worker_requests_equal_limits_with_table_gpus_and_efa(worker):
+    resources = worker["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"] == {
+        "cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}
+    assert worker["rayStartParams"]["num-gpus"] == resources["limits"]["nvidia.com/gpu"]
+    assert worker["replicas"] == worker["minReplicas"] == worker["maxReplicas"] == 2
+
+
+def test_p5_workers_get_8_gpus_and_32_efa():
+    worker = manifest_of(template_for(gpu_instance_type="p5.48xlarge"), "RayCluster")["spec"]["workerGroupSpecs"][0]
+    limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
+
+
+def test_worker_nccl_env(worker):
+    env = {e["name"]: e["value"] for e in worker["template"]["spec"]["containers"][0]["env"]}
+    assert {k: env[k] for k in ("FI_PROVIDER", "NCCL_NET_PLUGIN", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG")} == {
+        "FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+
+
+def test_worker_has_memory_backed_shm_cache_and_prestop(worker):
+    spec = worker["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert {"/dev/shm", rm.MODEL_CACHE_MOUNT, rm.TRAINER_MOUNT} <= mounts
+    assert spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+# ------------------------------------------------------------------ RayJob and bucket
+
+
+def test_ray_job_trains_with_settings_on_the_cluster(template):
+    job = manifest_of(template, "RayJob")["spec"]
+    assert job["clusterSelector"] == {"ray.io/cluster": "fsdp"}
+    assert job["activeDeadlineSeconds"] == 4 * 3600 and job["backoffLimit"] == 1
+    import shlex
+
+    argv = shlex.split(job["entrypoint"])
+    assert argv[:3] == ["python", "-m", "training.train"]
+    options = dict(zip(argv[3::1], argv[4::1]))
+    assert (options["--model"], options["--steps"], options["--seq-len"], options["--workers"]) == (
+        "Qwen/Qwen2.5-1.5B", "200", "2048", "8")
+    assert options["--storage-path"].startswith("s3://") and "--require-efa" in argv
+
+
+def test_ray_job_entrypoint_parses_with_the_trainer():
+    import shlex
+
+    from training.config import parse_args
+
+    entry = rm.train_entrypoint({"model": "tiny", "steps": 5, "require_efa": True, "storage_path": "s3://b/runs"})
+    config = parse_args(shlex.split(entry)[3:])
+    assert (config.model, config.steps, config.require_efa, config.storage_path) == ("tiny", 5, True, "s3://b/runs")
+
+
+def test_bucket_encrypted_tls_only_private_versioned_retained(template):
+    [bucket] = resources_of(template, "AWS::S3::Bucket").values()
+    assert bucket["DeletionPolicy"] == "Retain"
+    props = bucket["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert "BucketEncryption" in props
+    policy = json.dumps(resources_of(template, "AWS::S3::BucketPolicy"))
+    assert '"aws:SecureTransport": "false"' in policy
+
+
+def test_bucket_auto_delete_setting():
+    template = template_for(training={"checkpoint_bucket_auto_delete": True})
+    [bucket] = resources_of(template, "AWS::S3::Bucket").values()
+    assert bucket["DeletionPolicy"] == "Delete"
+
+
+def test_pods_get_bucket_access_through_pod_identity(template):
+    [association] = resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
+    assert association["Properties"]["Namespace"] == "training" and association["Properties"]["ServiceAccount"] == "ray"
+    template.resource_count_is("AWS::EKS::Addon", 1)  # eks-pod-identity-agent
+
+
+def test_order_nodes_then_operator_then_cluster_then_job(template):
+    resources = template.to_json()["Resources"]
+
+    def logical(kind_or_chart):
+        for key, r in resources.items():
+            props = r.get("Properties", {})
+            if props.get("Chart") == kind_or_chart or f'"kind":"{kind_or_chart}"' in json.dumps(resolve(props.get("Manifest", ""))).replace('\\"', '"').replace(" ", ""):
+                return key
+        raise KeyError(kind_or_chart)
+
+    def depends(a, b):
+        return b in resources[a].get("DependsOn", [])
+
+    assert depends(logical("RayJob"), logical("RayCluster"))
+    assert depends(logical("RayCluster"), logical("kuberay-operator"))
+    assert depends(logical("RayCluster"), logical("aws-efa-k8s-device-plugin"))
+    assert any("NodegroupGpuNodes" in d for d in resources[logical("aws-efa-k8s-device-plugin")]["DependsOn"])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"training.steps": "many"}, r"training.steps: expected an integer, got 'many'"),
+    ({"training.data": "gs://bucket/x.jsonl"}, r"training.data: 'gs://bucket/x.jsonl' must be random, pattern, s3://"),
+    ({"worker_gpus": 8}, r"worker_gpus: 8 differs from the 4 GPUs of g6.12xlarge"),
+    ({"training.model": "no such model"}, r"training.model: 'no such model' must be a hub id"),
+    ({"training.image": "ray"}, r"training.image: 'ray' must be registry/repository:tag"),
+    ({"training.seq_len": 1000}, r"training.seq_len: 1000 must be a multiple of 16"),
+    ({"training.max_failures": -1}, r"training.max_failures: -1 must be between 0 and 100"),
+    ({"training.stepz": 5}, r"training.stepz: unknown setting"),
+])
+def test_bad_training_settings_refused(overrides, message):
+    with pytest.raises(SettingsError, match=message):
+        settings_from_context(base_context() | overrides)
