@@ -57,6 +57,7 @@ class TrainingWorkload(Construct):
     def __init__(self, scope: Construct, id: str, props: TrainingWorkloadProps) -> None:
         super().__init__(scope, id)
         cluster = props.cluster
+        self.props = props
         self.namespace = eks.KubernetesManifest(
             self, "Namespace", cluster=cluster, manifest=[rm.namespace_manifest(props.namespace)])
 

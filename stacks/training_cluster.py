@@ -118,9 +118,10 @@ class EfaTrainingStack(Stack):
         self.training.ray_cluster.node.add_dependency(self.kuberay, self.device_plugins)
 
     def _add_outputs(self) -> None:
-        ns, job = "training", "fsdp-finetune"
+        p = self.training.props
+        ns, job = p.namespace, p.job_name
         CfnOutput(self, "Kubeconfig", value=f"aws eks update-kubeconfig --region {self.region} --name {self.cluster.cluster_name}")
         CfnOutput(self, "JobStatus", value=f"kubectl -n {ns} get rayjob {job} -o wide")
         CfnOutput(self, "JobLogs", value=f"kubectl -n {ns} logs -f job/{job}")
-        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/fsdp-head-svc 8265:8265")
+        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{p.cluster_name}-head-svc 8265:8265")
         CfnOutput(self, "CheckpointBucket", value=self.training.bucket.bucket_name)

@@ -299,3 +299,11 @@ def test_order_nodes_then_operator_then_cluster_then_job(template):
 def test_bad_training_settings_refused(overrides, message):
     with pytest.raises(SettingsError, match=message):
         settings_from_context(base_context() | overrides)
+
+
+def test_outputs_tell_how_to_follow_the_job(template):
+    outputs = {k: json.dumps(v["Value"]) for k, v in template.to_json()["Outputs"].items()}
+    assert "update-kubeconfig" in outputs["Kubeconfig"]
+    assert "get rayjob fsdp-finetune" in outputs["JobStatus"] and "logs -f job/fsdp-finetune" in outputs["JobLogs"]
+    assert "port-forward service/fsdp-head-svc 8265:8265" in outputs["Dashboard"]
+    assert "Ref" in outputs["CheckpointBucket"]
