@@ -14,6 +14,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 
+from cdk_constructs.cluster import KUBECTL_LAYERS
 from cdk_constructs.instance_types import INSTANCE_TYPES
 
 # EKS can create these minor versions (late 2026; 1.29 and 1.30 left extended support).
@@ -22,8 +23,6 @@ EKS_RETIRED_VERSIONS = {
     "1.29": "extended support ended 2026-03-23",
     "1.30": "extended support ended 2026-07-23",
 }
-# kubectl Lambda layers installed from requirements.txt, by the Kubernetes minor they match.
-KUBECTL_LAYER_MODULES = {"1.36": "aws_cdk.lambda_layer_kubectl_v36"}
 
 ENDPOINT_ACCESS_MODES = ("public", "private", "public_and_private")
 PLACEMENT_GROUP_MODES = ("auto", "on", "off")
@@ -306,13 +305,13 @@ def _validate_kubernetes_version(version: str) -> None:
     if version in EKS_RETIRED_VERSIONS:
         raise SettingsError(
             f"kubernetes_version: EKS can no longer create {version} ({EKS_RETIRED_VERSIONS[version]}); "
-            f"allowed: {', '.join(sorted(KUBECTL_LAYER_MODULES))}"
+            f"allowed: {', '.join(sorted(KUBECTL_LAYERS))}"
         )
     _require(version in EKS_CREATABLE_VERSIONS,
-             f"kubernetes_version: {version!r} is not a version EKS creates; allowed: {', '.join(sorted(KUBECTL_LAYER_MODULES))}")
-    _require(version in KUBECTL_LAYER_MODULES,
+             f"kubernetes_version: {version!r} is not a version EKS creates; allowed: {', '.join(sorted(KUBECTL_LAYERS))}")
+    _require(version in KUBECTL_LAYERS,
              f"kubernetes_version: {version} has no matching kubectl layer installed; "
-             f"allowed: {', '.join(sorted(KUBECTL_LAYER_MODULES))} (add aws-cdk.lambda-layer-kubectl-v{version.split('.')[1]} to support it)")
+             f"allowed: {', '.join(sorted(KUBECTL_LAYERS))} (add aws-cdk.lambda-layer-kubectl-v{version.split('.')[1]} to support it)")
 
 
 def _validate_instance(s: Settings) -> None:
