@@ -87,3 +87,10 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
 def test_cli_missing_file(tmp_path, capsys):
     assert main([str(tmp_path / "nope.log")]) == 2
     assert "error: LOGFILE: no such file" in capsys.readouterr().err
+
+
+def test_single_rank_communicator_has_no_traffic_to_judge(tmp_path):
+    prefix = "gpu-node-1:211:211 [0] NCCL INFO "
+    path = write(tmp_path, f"{prefix}Using network Socket\n{prefix}comm 0x5aa1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0\n")
+    verdict = judge_files([path], require_efa=True)
+    assert verdict.ok and verdict.line == "one rank: no NCCL traffic"

@@ -11,6 +11,16 @@ from dataclasses import dataclass
 BUILTIN_MODELS = ("qwen2.5-1.5b", "tiny")
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
 SYNTHETIC_DATA = ("random", "pattern")
+# Per-GPU settings measured to fit and run fast (docs/benchmarks.md); --profile NAME applies
+# one, and any option given explicitly still wins. The cluster's defaults are the l4 profile.
+GPU_PROFILES: dict[str, dict] = {
+    # H100/H200 (80 GB and more): no recomputation, large micro-batches, gathered weights kept.
+    "h200": {"seq_len": 4096, "micro_batch": 8, "activation_checkpointing": False, "compile": True,
+             "loss_chunk_tokens": 8192, "reshard_after_forward": False},
+    # L4 (g6.12xlarge, 24 GB): recompute each layer, one sequence at a time.
+    "l4": {"seq_len": 2048, "micro_batch": 1, "activation_checkpointing": True, "compile": True,
+           "loss_chunk_tokens": 2048},
+}
 
 
 class ConfigError(ValueError):
@@ -45,6 +55,12 @@ class TrainConfig:
     """Recompute each decoder layer in backward: less memory, about 1/3 more compute."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
+    loss_chunk_tokens: int = 8192
+    """Tokens per chunk of the fused head + cross-entropy (its bf16 logits: chunk x vocab x 2 bytes)."""
+    reshard_after_forward: bool = True
+    """Free each layer's gathered weights after forward (re-gathered in backward): less memory."""
+    profile: str | None = None
+    """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
     """random, pattern, or a JSONL/Parquet file or folder (local path or s3://)."""
     text_field: str = "text"
@@ -99,6 +115,9 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.grad_clip >= 0, f"--grad-clip: {c.grad_clip} must be 0 or more")
     require(c.checkpoint_every >= 0, f"--checkpoint-every: {c.checkpoint_every} must be 0 or more")
     require(c.max_failures >= -1, f"--max-failures: {c.max_failures} must be -1 (unlimited) or more")
+    require(c.loss_chunk_tokens >= 1, f"--loss-chunk-tokens: {c.loss_chunk_tokens} must be at least 1")
+    require(c.profile is None or c.profile in GPU_PROFILES,
+            f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(c.workers >= 1, f"--workers: {c.workers} must be at least 1")
     require(c.log_every >= 1, f"--log-every: {c.log_every} must be at least 1")
     require(c.peak_tflops is None or c.peak_tflops > 0, f"--peak-tflops: {c.peak_tflops} must be positive")
@@ -166,5 +185,10 @@ def _field_docs() -> dict[str, str]:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    args = build_parser().parse_args(argv)
-    return validate(TrainConfig(**vars(args)))
+    parser = build_parser()
+    chosen, _ = parser.parse_known_args(argv)
+    if chosen.profile is not None:
+        if chosen.profile not in GPU_PROFILES:
+            raise ConfigError(f"--profile: {chosen.profile!r} is not one of {', '.join(GPU_PROFILES)}")
+        parser.set_defaults(**GPU_PROFILES[chosen.profile])
+    return validate(TrainConfig(**vars(parser.parse_args(argv))))

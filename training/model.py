@@ -9,14 +9,14 @@ identical whatever the world size.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.utils.checkpoint import checkpoint
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from training.config import TrainConfig
+from training.loss import linear_cross_entropy_sum
 
 
 def builtin_config(name: str):
@@ -47,11 +47,11 @@ def model_config(cfg: TrainConfig):
 class CausalLMWithLoss(nn.Module):
     """A Hugging Face causal LM whose forward returns the mean next-token loss.
 
-    The loss is computed in token chunks, each recomputed in backward, so the fp32 logits
-    of a 151,936-token vocabulary never exist for the whole batch at once.
+    The head and the loss are fused (training.loss): the logits of a 151,936-token vocabulary
+    never exist for more than one chunk of tokens at a time.
     """
 
-    def __init__(self, lm: nn.Module, loss_chunk_tokens: int = 4096) -> None:
+    def __init__(self, lm: nn.Module, loss_chunk_tokens: int = 8192) -> None:
         super().__init__()
         self.lm = lm
         self.loss_chunk_tokens = loss_chunk_tokens
@@ -65,20 +65,11 @@ class CausalLMWithLoss(nn.Module):
         return self.lm.model.layers
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        hidden = self.lm.model(input_ids=input_ids).last_hidden_state
+        hidden = self.lm.model(input_ids=input_ids, use_cache=False).last_hidden_state
         hidden = hidden.reshape(-1, hidden.shape[-1])
         labels = labels.reshape(-1)
-        weight = self.lm.lm_head.weight
-        total = hidden.new_zeros((), dtype=torch.float32)
-        for start in range(0, hidden.shape[0], self.loss_chunk_tokens):
-            end = start + self.loss_chunk_tokens
-            total = total + checkpoint(_chunk_loss_sum, hidden[start:end], weight, labels[start:end], use_reentrant=False)
+        total = linear_cross_entropy_sum(hidden, self.lm.lm_head.weight, labels, self.loss_chunk_tokens)
         return total / labels.numel()
-
-
-def _chunk_loss_sum(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    logits = F.linear(hidden, weight).float()
-    return F.cross_entropy(logits, labels, reduction="sum")
 
 
 def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
@@ -139,22 +130,56 @@ def _reset_non_persistent_buffers(model: CausalLMWithLoss, device: torch.device)
             module._buffers[name] = getattr(fresh, name)
 
 
-def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: int) -> CausalLMWithLoss:
-    """The sharded, materialised model with rank 0's weights broadcast to every worker."""
+def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: int,
+                full_state: dict[str, torch.Tensor] | None = None) -> CausalLMWithLoss:
+    """The sharded, materialised model with rank 0's weights broadcast to every worker.
+
+    full_state: rank 0's full weights when the caller already has them (the benchmark reuses
+    one random init across configurations); loaded or initialised here when None.
+    """
     from transformers import AutoModelForCausalLM
 
     config = model_config(cfg)
-    full_state = full_state_dict_on_rank0(cfg, config) if rank == 0 else {}
+    if rank != 0:
+        full_state = {}
+    elif full_state is None:
+        full_state = full_state_dict_on_rank0(cfg, config)
     with torch.device("meta"):
-        model = CausalLMWithLoss(AutoModelForCausalLM.from_config(config, dtype=torch.float32))
+        model = CausalLMWithLoss(AutoModelForCausalLM.from_config(config, dtype=torch.float32), cfg.loss_chunk_tokens)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
-    if cfg.compile:
+    if cfg.compile and device.type == "cuda":
         apply_compile(model)
-    apply_fsdp(model, device, world_size)
+    apply_fsdp(model, device, world_size, cfg.reshard_after_forward)
     model.to_empty(device=device)
     _reset_non_persistent_buffers(model, device)
-    set_model_state_dict(
-        model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    )
+    load_full_state_from_rank0(model, full_state, device, rank)
     return model
+
+
+def load_full_state_from_rank0(model: nn.Module, full_state: dict[str, torch.Tensor], device: torch.device,
+                               rank: int) -> None:
+    """Rank 0's full weights to every worker, one tensor at a time; each worker keeps its shard.
+
+    Peak extra memory is one full tensor (the embedding). Plain broadcasts and distribute_tensor
+    only: set_model_state_dict's broadcast_from_rank0 breaks on some torch releases (2.11).
+    """
+    distributed = dist.is_initialized() and dist.get_world_size() > 1
+    targets = model.state_dict()
+    missing = [sorted(set(targets) - set(full_state)) if rank == 0 else None]
+    if distributed:
+        dist.broadcast_object_list(missing, src=0)
+    if missing[0]:
+        raise ValueError(f"the checkpoint lacks {len(missing[0])} of the model's weights, e.g. {missing[0][0]}")
+    with torch.no_grad():
+        for name, target in targets.items():
+            if rank == 0:
+                full = full_state[name].to(device=device, dtype=target.dtype)
+            else:
+                full = torch.empty(target.shape, dtype=target.dtype, device=device)
+            if distributed:
+                dist.broadcast(full, src=0)
+            if isinstance(target, DTensor):
+                target.to_local().copy_(distribute_tensor(full, target.device_mesh, target.placements).to_local())
+            else:
+                target.copy_(full)

@@ -105,6 +105,8 @@ def judge(communicators: list[Communicator], require_efa: bool) -> Verdict:
     ]
     if not communicators:
         return Verdict(not require_efa, "no NCCL communicator found in the logs (is NCCL_DEBUG=INFO set?)", summary)
+    if all(c.nranks == 1 for c in communicators):
+        return Verdict(True, "one rank: no NCCL traffic", summary)
     if not spanning:
         intra = sorted(set().union(*(c.intra_node for c in communicators))) or ["none logged"]
         return Verdict(True, f"single node: no inter-node traffic; intra-node {'+'.join(intra)}", summary)

@@ -1,0 +1,131 @@
+"""The GPU benchmark's logic without a GPU: FLOP counting, the plan, the report, and a CPU run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from training import bench
+from training.config import GPU_PROFILES, ConfigError, parse_args
+from training.metrics import model_flops_per_token
+
+QWEN_1_5B_PARAMS = 1_543_714_304  # Qwen2.5-1.5B's published count (tied embedding counted once)
+
+
+def test_qwen_flops_per_token_is_6n_plus_attention():
+    cfg = bench.Case("x").train_config(bench.BENCH_MODEL)
+    expected = 6 * QWEN_1_5B_PARAMS + 12 * 28 * 12 * 128 * 4096
+    assert model_flops_per_token(bench._meta_model(cfg), 4096) == expected
+
+
+def example_row(**overrides) -> dict:
+    row = {"name": "trainer", "recipe": "trainer", "group": "main", "world_size": 2,
+           "settings": {"micro_batch": 8, "seq_len": 4096}, "tokens_per_step_per_gpu": 32768,
+           "step_time_s": 0.65, "flops_per_token": 11.376e9, "peak_mem_gib": 82.1}
+    return row | overrides
+
+
+def test_summarize_turns_step_time_into_tokens_tflops_and_mfu():
+    row = bench.summarize(example_row(), measured_peak=790.0, datasheet_peak=989.0)
+    assert row["tokens_per_s_per_gpu"] == pytest.approx(32768 / 0.65)
+    assert row["tflops_per_gpu"] == pytest.approx(32768 / 0.65 * 11.376e9 / 1e12)
+    assert row["mfu_measured"] == pytest.approx(row["tflops_per_gpu"] / 790.0)
+    assert row["mfu_datasheet"] == pytest.approx(row["tflops_per_gpu"] / 989.0)
+
+
+def test_summarize_keeps_an_out_of_memory_case_without_figures():
+    row = bench.summarize(example_row(error="out of memory"), 790.0, 989.0)
+    assert row["tokens_per_s_per_gpu"] is None and "mfu_measured" not in row
+
+
+def test_table_has_one_row_per_case_and_shows_errors():
+    rows = [bench.summarize(example_row(), 790.0, 989.0),
+            bench.summarize(example_row(name="example", recipe="example", error="out of memory"), 790.0, 989.0)]
+    table = bench.format_table(rows).splitlines()
+    assert len(table) == 4
+    assert "| trainer | 2 | 8 x 4096 | 50,412 | 573.5 | 72.6% | 58.0% | 82.1 | 650 |" == table[2]
+    assert "out of memory" in table[3]
+
+
+def test_comparisons_give_the_ratios_side_by_side():
+    rows = [bench.summarize(r, 790.0, None) for r in (
+        example_row(),
+        example_row(name="example", recipe="example", step_time_s=6.5),
+        example_row(name="sockets", group="sockets", step_time_s=1.3),
+        example_row(name="one GPU", group="world1", world_size=1, step_time_s=0.6),
+    )]
+    lines = bench.comparisons(rows)
+    assert "trainer default / example: 10.0x tokens/s per GPU" in lines
+    assert "normal NCCL path / sockets only: 2.00x tokens/s per GPU" in lines
+    assert "scaling 1 -> 2 GPUs: 92.3% of one GPU's tokens/s per GPU" in lines
+
+
+def test_full_plan_has_the_baseline_the_l4_cap_the_sockets_ab_and_one_gpu():
+    groups = {g.name: g for g in bench.plan("full", gpus=2)}
+    example = [c for c in groups["main"].cases if c.recipe == "example"]
+    shapes = {(c.overrides["micro_batch"], c.overrides["seq_len"]) for c in example}
+    assert (1, 128) in shapes and (GPU_PROFILES["h200"]["micro_batch"], GPU_PROFILES["h200"]["seq_len"]) in shapes
+    assert groups["l4"].world_size == 2 and groups["l4"].cases[0].memory_cap_gib == 22.0
+    assert groups["l4"].cases[0].profile == "l4"
+    assert groups["sockets"].env == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+    assert groups["world1"].world_size == 1
+
+
+def test_plan_on_eight_gpus_adds_the_l4_profile_at_world_size_eight():
+    groups = {g.name: g for g in bench.plan("full", gpus=8)}
+    assert groups["l4"].world_size == 2 and groups["l4-world8"].world_size == 8
+    assert groups["l4-world8"].cases[0].memory_cap_gib == 22.0 and groups["main"].world_size == 8
+
+
+def test_plan_on_one_gpu_has_no_scaling_group():
+    assert "world1" not in {g.name for g in bench.plan("full", gpus=1)}
+
+
+def test_every_planned_case_is_a_valid_trainer_config():
+    for suite in ("full", "variants", "smoke"):
+        for group in bench.plan(suite, gpus=2):
+            for case in group.cases:
+                case.train_config(bench.BENCH_MODEL)  # raises ConfigError when a variant is malformed
+
+
+def test_profile_sets_defaults_and_explicit_options_win():
+    cfg = parse_args(["--profile", "l4", "--micro-batch", "2"])
+    assert cfg.seq_len == GPU_PROFILES["l4"]["seq_len"] and cfg.activation_checkpointing
+    assert cfg.micro_batch == 2
+
+
+def test_unknown_profile_is_refused():
+    with pytest.raises(ConfigError, match=r"--profile: 'a100' is not one of h200, l4"):
+        parse_args(["--profile", "a100"])
+
+
+def test_cluster_defaults_are_the_l4_profile():
+    from stacks.settings import TrainingSettings
+
+    t = TrainingSettings()
+    for key, value in GPU_PROFILES["l4"].items():
+        assert getattr(t, key) == value, key
+
+
+def test_bad_model_is_one_line(capsys):
+    assert bench.main(["--model", "llama", "--cpu"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --model: 'llama' is not a built-in config (qwen2.5-1.5b, tiny)"
+
+
+def test_cpu_run_writes_results_and_table(tmp_path):
+    """The whole launcher -> torchrun -> worker -> report path, with the tiny model on CPU (gloo)."""
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [sys.executable, "-m", "training.bench", "--cpu", "--model", "tiny", "--suite", "smoke",
+         "--warmup", "1", "--steps", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    trainer, example = results["cases"]
+    assert trainer["tokens_per_s_per_gpu"] > 0 and trainer["steps_timed"] == 2
+    assert trainer["final_loss"] == pytest.approx(6.3, abs=0.5)  # random tokens: about ln(512)
+    assert example["error"] == "FSDP1 needs a GPU"
+    assert "| trainer, h200 profile (default) | 1 | 8 x 4096 |" in (out / "table.md").read_text()

@@ -1,0 +1,477 @@
+"""GPU benchmark of the trainer: `python -m training.bench --help`.
+
+Runs the trainer's own model build (build_model), FSDP2 wiring and training step (train_step)
+under torchrun on the GPUs of one machine, without Ray, on Qwen2.5-1.5B with random init and
+random tokens. Next to it, a baseline with the AWS example's recipe (FSDP1 with a size-based
+wrap policy at 1e7 parameters, weights and AdamW in bf16, Hugging Face's own loss) at its own
+shape and at ours. It measures the GPU's bf16 matmul rate in the same run, so MFU is reported
+against that measured peak and against the datasheet's.
+
+Each group of cases is one torchrun (one NCCL environment: the normal path, or sockets only);
+every case builds its model afresh in that process group and reports rank 0's timing. Results
+land in OUT/results.json and OUT/table.md; NCCL logs in OUT/nccl/, with a transport verdict
+per group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from training.config import GPU_PROFILES, TrainConfig, validate
+from training.metrics import mfu
+
+# The example's recipe: FSDP1, size_based_auto_wrap_policy(min_num_params=1e7), bf16 everywhere.
+EXAMPLE_WRAP_MIN_PARAMS = int(1e7)
+EXAMPLE_SHAPE = {"micro_batch": 1, "seq_len": 128}
+# Sockets only: the analogue of the example's EFA-vs-TCP comparison on one machine.
+SOCKETS_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+# L4 (24 GB) as the CUDA caching allocator may use it, with headroom for the CUDA context.
+L4_MEMORY_CAP_GIB = 22.0
+DEFAULT_PROFILE = "h200"
+BENCH_MODEL = "qwen2.5-1.5b"
+
+
+@dataclass
+class Case:
+    """One configuration to time: the trainer (recipe 'trainer') or the example's recipe."""
+
+    name: str
+    recipe: str = "trainer"
+    profile: str = DEFAULT_PROFILE
+    overrides: dict = field(default_factory=dict)
+    memory_cap_gib: float | None = None
+
+    def train_config(self, model: str) -> TrainConfig:
+        settings = {**GPU_PROFILES[self.profile], **self.overrides}
+        return validate(TrainConfig(model=model, profile=self.profile, data="random", **settings))
+
+
+@dataclass
+class Group:
+    """Cases that share one torchrun: a world size and an NCCL environment."""
+
+    name: str
+    world_size: int
+    cases: list[Case]
+    env: dict = field(default_factory=dict)
+    measure_matmul: bool = False
+
+
+def plan(suite: str, gpus: int) -> list[Group]:
+    """The groups of a suite on a machine with `gpus` GPUs."""
+    default = Case(f"trainer, {DEFAULT_PROFILE} profile (default)")
+    ours = {k: GPU_PROFILES[DEFAULT_PROFILE][k] for k in ("micro_batch", "seq_len")}
+    example = [
+        Case("example recipe at its shape", recipe="example", overrides=dict(EXAMPLE_SHAPE)),
+        Case("example recipe at our shape", recipe="example", overrides=dict(ours)),
+        Case("example recipe at our sequence length", recipe="example", overrides={"micro_batch": 1, "seq_len": ours["seq_len"]}),
+    ]
+    if suite == "smoke":
+        return [Group("main", gpus, [default, example[0]], measure_matmul=True)]
+    variants = [
+        Case("trainer, no torch.compile", overrides={"compile": False}),
+        Case("trainer, micro-batch 4", overrides={"micro_batch": 4}),
+        Case("trainer, micro-batch 12", overrides={"micro_batch": 12}),
+        Case("trainer, reshard weights after forward (re-gather in backward)", overrides={"reshard_after_forward": True}),
+        Case("trainer, loss chunk 4096 tokens", overrides={"loss_chunk_tokens": 4096}),
+        Case("trainer, activation checkpointing", overrides={"activation_checkpointing": True}),
+    ]
+    groups = [Group("main", gpus, [default, *variants, *example], measure_matmul=True)]
+    if suite == "variants":
+        return groups
+    groups[0].cases = [default, *example]
+    l4 = Case(f"trainer, l4 profile, memory capped at {L4_MEMORY_CAP_GIB:g} GiB", profile="l4",
+              memory_cap_gib=L4_MEMORY_CAP_GIB)
+    # At world size 2, the least sharding; on a larger machine at all GPUs too.
+    groups.append(Group("l4", min(gpus, 2), [l4]))
+    if gpus > 2:
+        groups.append(Group(f"l4-world{gpus}", gpus, [dataclasses.replace(l4)]))
+    groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
+    if gpus > 1:
+        groups.append(Group("world1", 1, [Case(f"{default.name}, one GPU")]))
+    return groups
+
+
+# ---------------------------------------------------------------- the worker (one per GPU)
+
+
+def worker(group_file: str, out: str, model_name: str, warmup: int, steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    spec = json.loads(Path(group_file).read_text())
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    results_dir = Path(out) / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    if spec["measure_matmul"] and cuda:
+        shapes = matmul_rates(device)
+        gathered: list = [None] * world
+        dist.all_gather_object(gathered, shapes)
+        if rank == 0:
+            (results_dir / "matmul.json").write_text(json.dumps({"per_rank": gathered, "device": torch.cuda.get_device_name(device)}, indent=1))
+    full_state = None
+    for raw in spec["cases"]:
+        case = Case(**raw)
+        cfg = case.train_config(model_name)
+        if case.recipe == "trainer" and full_state is None:
+            from training.model import full_state_dict_on_rank0, model_config
+
+            full_state = full_state_dict_on_rank0(cfg, model_config(cfg)) if rank == 0 else {}
+        result = run_case(case, cfg, device, rank, world, full_state, warmup, steps)
+        result |= {"group": spec["name"], "world_size": world, "env": spec["env"]}
+        if rank == 0:
+            print(json.dumps(result), flush=True)
+            slug = "".join(c if c.isalnum() else "-" for c in f"{spec['name']}-{case.name}")
+            (results_dir / f"{slug}.json").write_text(json.dumps(result, indent=1))
+    dist.destroy_process_group()
+
+
+def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_state, warmup: int, steps: int) -> dict:
+    import torch
+
+    from training.metrics import model_flops_per_token, peak_memory_gib
+
+    result = {"name": case.name, "recipe": case.recipe, "settings": dataclasses.asdict(cfg),
+              "memory_cap_gib": case.memory_cap_gib, "tokens_per_step_per_gpu": cfg.tokens_per_step_per_worker}
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(
+            min(1.0, case.memory_cap_gib * 2**30 / torch.cuda.get_device_properties(device).total_memory)
+            if case.memory_cap_gib else 1.0, device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result["device"] = torch.cuda.get_device_name(device)
+    if case.recipe == "example" and device.type != "cuda":
+        return result | {"error": "FSDP1 needs a GPU"}
+    model = optimizer = None
+    try:
+        if case.recipe == "trainer":
+            model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state)
+        else:
+            model, optimizer, step = _example_step(cfg, device, rank, world)
+        result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
+        timing = time_steps(step, warmup, steps, device)
+        result |= timing | {"peak_mem_gib": peak_memory_gib(device),
+                            "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else 0.0}
+    except torch.OutOfMemoryError as error:
+        result |= {"error": "out of memory", "detail": str(error).splitlines()[0][:300],
+                   "peak_mem_gib": peak_memory_gib(device)}
+    except Exception as error:  # one broken variant must not cost the rest of the suite
+        import traceback
+
+        traceback.print_exc()
+        result |= {"error": type(error).__name__, "detail": str(error).splitlines()[0][:300] if str(error) else ""}
+    finally:
+        del model, optimizer
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+    return result
+
+
+def _meta_model(cfg: TrainConfig):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from training.model import CausalLMWithLoss, model_config
+
+    with torch.device("meta"):
+        return CausalLMWithLoss(AutoModelForCausalLM.from_config(model_config(cfg)))
+
+
+def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state):
+    """The trainer's own pieces, exactly as train_func wires them."""
+    from training.data import synthetic_batches
+    from training.model import build_model
+    from training.step import lr_at, make_optimizer, train_step
+
+    model = build_model(cfg, device, rank, world, full_state)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
+    batches = synthetic_batches("random", cfg.seed, model.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
+
+    def step(i: int):
+        lr = lr_at(i, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+        return train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device)[0]
+
+    return model, optimizer, step
+
+
+def _example_step(cfg: TrainConfig, device, rank: int, world: int):
+    """The example's recipe: FSDP1 over a bf16 model, size-based wrapping, bf16 AdamW, HF loss."""
+    import functools
+
+    import torch
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+    from transformers import AutoModelForCausalLM
+
+    from training.data import synthetic_batches
+    from training.model import model_config
+
+    torch.manual_seed(cfg.seed)
+    with device:
+        lm = AutoModelForCausalLM.from_config(model_config(cfg), dtype=torch.bfloat16)
+    model = FSDP(lm, auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=EXAMPLE_WRAP_MIN_PARAMS),
+                 device_id=device if device.type == "cuda" else None, sync_module_states=world > 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
+
+    def step(i: int):
+        block = next(batches).to(device)
+        loss = model(input_ids=block[:, :-1], labels=block[:, :-1], use_cache=False).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return model, optimizer, step
+
+
+def time_steps(step, warmup: int, steps: int, device) -> dict:
+    """Mean step time over `steps` after `warmup` (compilation, allocator growth), plus the spread."""
+    import torch
+    import torch.distributed as dist
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    first_loss = None
+    started = time.perf_counter()
+    for i in range(warmup):
+        loss = step(i)
+        first_loss = first_loss if first_loss is not None else float(loss)
+    sync()
+    warmup_s = time.perf_counter() - started
+    dist.barrier()
+    per_step, last = [], None
+    begin = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        t0 = time.perf_counter()
+        last = step(i)
+        sync()
+        per_step.append(time.perf_counter() - t0)
+    total = time.perf_counter() - begin
+    final_loss = float(last)
+    if final_loss != final_loss:
+        raise RuntimeError("the loss is NaN")
+    return {"warmup_s": warmup_s, "steps_timed": steps, "step_time_s": total / steps,
+            "step_time_min_s": min(per_step), "step_time_max_s": max(per_step),
+            "step_time_median_s": statistics.median(per_step), "first_loss": first_loss, "final_loss": final_loss}
+
+
+def matmul_rates(device, repeats: int = 20) -> dict:
+    """bf16 matmul TFLOP/s on random data: an 8192 cube (the peak MFU is measured against) and this model's shapes."""
+    import torch
+
+    shapes = {"8192x8192x8192": (8192, 8192, 8192), "lm_head 32768x1536x151936": (32768, 1536, 151936),
+              "gate+up 32768x1536x17920": (32768, 1536, 17920), "down 32768x8960x1536": (32768, 8960, 1536),
+              "qkv 32768x1536x2048": (32768, 1536, 2048)}
+    rates = {}
+    for name, (m, k, n) in shapes.items():
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+        for _ in range(3):
+            a @ b
+        times = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            a @ b
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1000)
+        rates[name] = 2 * m * k * n / statistics.median(times) / 1e12
+        del a, b
+    torch.cuda.empty_cache()
+    return rates
+
+
+# ---------------------------------------------------------------- the launcher and the report
+
+
+def summarize(result: dict, measured_peak: float | None, datasheet_peak: float | None) -> dict:
+    """Derived figures of one case: tokens/s, TFLOP/s and MFU per GPU."""
+    if "error" in result:
+        return {**result, "tokens_per_s_per_gpu": None}
+    tps = result["tokens_per_step_per_gpu"] / result["step_time_s"]
+    flops = result["flops_per_token"]
+    return {**result, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tps * flops / 1e12,
+            "mfu_measured": mfu(tps, flops, measured_peak) if measured_peak else None,
+            "mfu_datasheet": mfu(tps, flops, datasheet_peak) if datasheet_peak else None}
+
+
+def format_table(rows: list[dict]) -> str:
+    """Markdown table of summarized cases, in run order."""
+    header = ("| configuration | GPUs | batch x seq | tokens/s/GPU | TFLOP/s/GPU | MFU (measured peak) "
+              "| MFU (datasheet) | peak GiB | step ms |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lines = [header]
+    for r in rows:
+        shape = f"{r['settings']['micro_batch']} x {r['settings']['seq_len']}"
+        if r.get("tokens_per_s_per_gpu") is None:
+            lines.append(f"| {r['name']} | {r['world_size']} | {shape} | {r.get('error', 'failed')} | | | | "
+                         f"{r.get('peak_mem_gib', 0):.1f} | |")
+            continue
+        pct = lambda v: f"{v * 100:.1f}%" if v is not None else "n/a"  # noqa: E731
+        lines.append(
+            f"| {r['name']} | {r['world_size']} | {shape} | {r['tokens_per_s_per_gpu']:,.0f} | {r['tflops_per_gpu']:.1f} "
+            f"| {pct(r['mfu_measured'])} | {pct(r['mfu_datasheet'])} | {r['peak_mem_gib']:.1f} | {r['step_time_s'] * 1000:.0f} |")
+    return "\n".join(lines)
+
+
+def comparisons(rows: list[dict]) -> list[str]:
+    """Side-by-side ratios the issue asks for: ours over the example's recipe, normal over sockets, scaling."""
+    by_name = {r["name"]: r for r in rows if r.get("tokens_per_s_per_gpu")}
+    default = next((r for r in rows if r["group"] == "main" and r["recipe"] == "trainer"), None)
+    out = []
+    if not default or not default.get("tokens_per_s_per_gpu"):
+        return out
+    base = default["tokens_per_s_per_gpu"]
+    for r in rows:
+        if r["recipe"] == "example" and r.get("tokens_per_s_per_gpu"):
+            out.append(f"trainer default / {r['name']}: {base / r['tokens_per_s_per_gpu']:.1f}x tokens/s per GPU")
+    for r in by_name.values():
+        if r["group"] == "sockets":
+            out.append(f"normal NCCL path / sockets only: {base / r['tokens_per_s_per_gpu']:.2f}x tokens/s per GPU")
+        if r["group"] == "world1":
+            out.append(f"scaling 1 -> {default['world_size']} GPUs: {base / r['tokens_per_s_per_gpu'] * 100:.1f}% of one GPU's tokens/s per GPU")
+    return out
+
+
+def measured_peak_tflops(out: Path) -> tuple[float | None, dict | None]:
+    path = out / "results" / "matmul.json"
+    if not path.is_file():
+        return None, None
+    data = json.loads(path.read_text())
+    cube = [rates["8192x8192x8192"] for rates in data["per_rank"]]
+    return statistics.median(cube), data
+
+
+def run_group(group: Group, out: Path, args) -> int:
+    spec = {"name": group.name, "env": group.env, "measure_matmul": group.measure_matmul,
+            "cases": [dataclasses.asdict(c) for c in group.cases]}
+    spec_file = out / f"group-{group.name}.json"
+    spec_file.write_text(json.dumps(spec, indent=1))
+    nccl_dir = out / "nccl"
+    nccl_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **group.env, "NCCL_DEBUG": "INFO",
+           "NCCL_DEBUG_FILE": str(nccl_dir / f"{group.name}.%h.%p.log"), "PYTHONUNBUFFERED": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    if group.world_size < args.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(group.world_size))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={group.world_size}",
+               "-m", "training.bench", "--worker", str(spec_file), "--out", str(out), "--model", args.model,
+               "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    print(f"== group {group.name}: {group.world_size} GPU(s), {len(group.cases)} case(s), env {group.env or 'normal'}", flush=True)
+    with open(out / f"group-{group.name}.log", "w") as log:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            log.write(line)
+            if line.startswith("{") or "Error" in line or "error" in line.split(":")[0]:
+                print(line.rstrip()[:400], flush=True)
+        return proc.wait()
+
+
+def report(out: Path, groups: list[Group], gpus: int) -> str:
+    from training.metrics import datasheet_peak_tflops
+    from training.transport import judge_files
+
+    measured, matmul = measured_peak_tflops(out)
+    raw = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json")) if p.name != "matmul.json"]
+    order = {key: n for n, key in enumerate((g.name, c.name) for g in groups for c in g.cases)}
+    raw.sort(key=lambda r: order.get((r["group"], r["name"]), 1 << 30))
+    device = next((r.get("device") for r in raw if r.get("device")), "")
+    datasheet = datasheet_peak_tflops(device) if device else None
+    rows = [summarize(r, measured, datasheet) for r in raw]
+    verdicts = {}
+    for g in groups:
+        logs = sorted((out / "nccl").glob(f"{g.name}.*.log"))
+        if logs:
+            verdicts[g.name] = judge_files(logs, require_efa=False).line
+    lines = [f"device: {device or 'cpu'} x {gpus}; bf16 peak measured {measured:.0f} TFLOP/s (8192-cube matmul, median over ranks), "
+             f"datasheet {datasheet or 'n/a'}" if measured else f"device: {device or 'cpu'} x {gpus}; no matmul peak measured"]
+    if matmul:
+        lines.append("matmul TFLOP/s by shape (rank 0): " + ", ".join(f"{k} {v:.0f}" for k, v in matmul["per_rank"][0].items()))
+    lines += ["", format_table(rows), ""]
+    lines += [f"- {c}" for c in comparisons(rows)]
+    lines += [f"- NCCL transport, group {name}: {line}" for name, line in verdicts.items()]
+    text = "\n".join(lines)
+    (out / "results.json").write_text(json.dumps({"measured_peak_tflops": measured, "matmul": matmul,
+                                                  "datasheet_peak_tflops": datasheet, "transport": verdicts,
+                                                  "cases": rows}, indent=1))
+    (out / "table.md").write_text(text + "\n")
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--suite", default="full", choices=("full", "variants", "smoke"),
+                        help="full: default profile, example recipe, L4 profile, sockets A/B, one GPU; "
+                             "variants: the levers one at a time; smoke: two quick cases")
+    parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
+    parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per case (compilation happens here)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per case")
+    parser.add_argument("--out", default="bench-out", help="output folder")
+    parser.add_argument("--cpu", action="store_true", help="run on CPU with gloo (tests of the benchmark itself)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.out, args.model, args.warmup, args.steps)
+        return 0
+    error = check_args(args)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    groups = plan(args.suite, args.gpus)
+    if args.groups:
+        groups = [g for g in groups if g.name in args.groups.split(",")]
+    failed = [g.name for g in groups if run_group(g, out, args) != 0]
+    print(report(out, groups, args.gpus))
+    if failed:
+        print(f"error: group(s) {', '.join(failed)} exited non-zero; see {out}/group-<name>.log", file=sys.stderr)
+        return 1
+    return 0
+
+
+def check_args(args) -> str | None:
+    """Fill in --gpus and refuse what cannot run, as one line naming the option."""
+    if args.model not in ("qwen2.5-1.5b", "tiny"):
+        return f"--model: {args.model!r} is not a built-in config (qwen2.5-1.5b, tiny)"
+    if args.warmup < 1 or args.steps < 1:
+        return f"--warmup/--steps: {args.warmup}/{args.steps} must both be at least 1"
+    if args.cpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        args.gpus = args.gpus or 1
+        return None
+    import torch
+
+    visible = torch.cuda.device_count()
+    if visible == 0:
+        return "no CUDA GPU visible: the benchmark needs at least one (--cpu runs it on CPU for testing)"
+    args.gpus = args.gpus or visible
+    if not 1 <= args.gpus <= visible:
+        return f"--gpus: {args.gpus} must be between 1 and the {visible} visible GPU(s)"
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
