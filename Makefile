@@ -9,12 +9,18 @@ CDK := $(CURDIR)/node_modules/.bin/cdk
 CDK_ARGS ?=
 # Extra trainer arguments for make train-local.
 TRAIN_ARGS ?=
+# Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
+BENCH_ARGS ?=
 
-.PHONY: synth diff deploy destroy test train-local bench clean
+.PHONY: synth diff preflight deploy watch destroy test train-local bench clean
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(VENV)/.train-deps: $(VENV)/.synth-deps requirements-train.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-train.txt
 	touch $@
 
 $(VENV)/.dev-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-train.txt
@@ -32,11 +38,23 @@ synth: $(VENV)/.synth-deps node_modules/.installed
 diff: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) diff $(CDK_ARGS)
 
-deploy: $(VENV)/.synth-deps node_modules/.installed
-	$(CDK) deploy --require-approval broadening $(CDK_ARGS)
+# Capacity, quota, EFA, reservation and version checks with your AWS credentials (read-only).
+preflight: $(VENV)/.synth-deps node_modules/.installed
+	$(PY) -m tools.preflight $(CDK_ARGS)
 
+# Preflight, deploy, then follow the GPU nodes and the RayJob to a verified result.
+deploy: $(VENV)/.synth-deps node_modules/.installed
+	$(PY) -m tools.preflight $(CDK_ARGS)
+	$(CDK) deploy --require-approval broadening $(CDK_ARGS)
+	$(PY) -m tools.watch $(CDK_ARGS)
+
+# Follow a stack already deployed: GPU nodes, then the RayJob to its end.
+watch: $(VENV)/.synth-deps node_modules/.installed
+	$(PY) -m tools.watch $(CDK_ARGS)
+
+# cdk destroy, then list what was kept on purpose (the checkpoint bucket) and what it holds.
 destroy: $(VENV)/.synth-deps node_modules/.installed
-	$(CDK) destroy $(CDK_ARGS)
+	$(PY) -m tools.teardown --cdk $(CDK) $(CDK_ARGS)
 
 test: $(VENV)/.dev-deps node_modules/.installed
 	$(PY) -m pytest -q
@@ -45,6 +63,12 @@ train-local: $(VENV)/.dev-deps
 	$(PY) -m training.train --local --workers 2 --model tiny --steps 30 --seq-len 128 \
 		--micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
 		--run-name local-tiny-$$(date +%s) --checkpoint-every 10 $(TRAIN_ARGS)
+
+# The trainer's GPU benchmark on this machine's GPUs; NVLink multicast stays off unless set,
+# as it was for the figures in docs/benchmarks.md.
+bench: $(VENV)/.train-deps
+	NCCL_NVLS_ENABLE=$${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=$${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
+	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m training.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
 
 clean:
 	rm -rf cdk.out .pytest_cache

@@ -70,6 +70,22 @@ INSTANCE_TYPES: dict[str, InstanceSpec] = {
 VCPU_QUOTA_CODES = {"g": "L-DB2E81BA", "p": "L-417A185B", "standard": "L-1216C47A"}
 
 
+def vcpu_quota_class(instance_type: str) -> str | None:
+    """Which On-Demand vCPU quota an instance type counts against (a VCPU_QUOTA_CODES key).
+
+    G and VT share one quota, P has its own, and A, C, D, H, I, M, R, T, Z share the standard
+    one; Inf, Trn, DL, F, X and HPC have quotas of their own that this project does not use (None).
+    """
+    family = instance_type.split(".")[0].lower()
+    if family.startswith(("inf", "trn", "dl", "hpc")):
+        return None
+    if family.startswith(("g", "vt")):
+        return "g"
+    if family.startswith("p"):
+        return "p"
+    return "standard" if family[:1] in set("acdhimrtz") else None
+
+
 def efa_network_interfaces(spec: InstanceSpec, security_group_ids: list[str]) -> list[dict]:
     """Launch-template network interfaces: "efa" on card 0, "efa-only" on every further card.
 

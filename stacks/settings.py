@@ -13,9 +13,14 @@ import json
 import re
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from cdk_constructs.cluster import KUBECTL_LAYERS
 from cdk_constructs.instance_types import INSTANCE_TYPES
+from training.config import GPU_PROFILES
+
+# The cluster trains on L4s (g6.12xlarge) by default: the trainer's l4 profile, measured to fit.
+_L4 = GPU_PROFILES["l4"]
 
 # EKS can create these minor versions (late 2026; 1.29 and 1.30 left extended support).
 EKS_CREATABLE_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
@@ -41,9 +46,9 @@ class TrainingSettings:
     """Hub id, local or s3:// path, or a built-in config (qwen2.5-1.5b, tiny) with random init."""
     steps: int = 200
     """Optimizer steps."""
-    seq_len: int = 2048
+    seq_len: int = _L4["seq_len"]
     """Tokens per sequence."""
-    micro_batch: int = 1
+    micro_batch: int = _L4["micro_batch"]
     """Sequences per GPU per forward pass (1 x 2048 fits an L4 with activation checkpointing)."""
     grad_accum: int = 4
     """Micro-batches per optimizer step."""
@@ -51,8 +56,12 @@ class TrainingSettings:
     """Peak learning rate after warmup."""
     data: str = "random"
     """random (token ids: throughput and transport), pattern, or JSONL/Parquet at s3://... or a pod path."""
-    activation_checkpointing: bool = True
+    activation_checkpointing: bool = _L4["activation_checkpointing"]
     """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
+    compile: bool = _L4["compile"]
+    """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
+    loss_chunk_tokens: int = _L4["loss_chunk_tokens"]
+    """Tokens per chunk of the fused LM head + loss; its bf16 logits take chunk x vocab x 2 bytes."""
     checkpoint_every: int = 50
     """Steps between sharded checkpoints in the bucket."""
     max_failures: int = 3
@@ -238,6 +247,20 @@ def settings_from_context(context: typing.Mapping[str, typing.Any]) -> Settings:
     return settings
 
 
+def settings_from_files(cdk_json: str | Path = "cdk.json", overrides: typing.Iterable[str] = ()) -> Settings:
+    """Settings as `cdk synth` builds them, for tools outside CDK: cdk.json's context, then `-c key=value`."""
+    try:
+        context = dict(json.loads(Path(cdk_json).read_text()).get("context", {}))
+    except FileNotFoundError:
+        raise SettingsError(f"{cdk_json}: no such file (run from the repository root)") from None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"-c {item!r}: expected key=value")
+        context[key] = value
+    return settings_from_context(context)
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -336,6 +359,8 @@ def _validate_training(t: TrainingSettings) -> None:
              f"training.seq_len: {t.seq_len} must be a multiple of 16 between 16 and 131072")
     _require(t.micro_batch >= 1, f"training.micro_batch: {t.micro_batch} must be at least 1")
     _require(t.grad_accum >= 1, f"training.grad_accum: {t.grad_accum} must be at least 1")
+    _require(256 <= t.loss_chunk_tokens <= 65536,
+             f"training.loss_chunk_tokens: {t.loss_chunk_tokens} must be between 256 and 65536")
     _require(0 < t.learning_rate < 1, f"training.learning_rate: {t.learning_rate} must be in (0, 1)")
     _require(t.checkpoint_every >= 1, f"training.checkpoint_every: {t.checkpoint_every} must be at least 1")
     _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")

@@ -107,7 +107,8 @@ class EfaTrainingStack(Stack):
                 train_args={
                     "model": t.model, "steps": t.steps, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
                     "grad_accum": t.grad_accum, "lr": t.learning_rate, "data": t.data,
-                    "activation_checkpointing": t.activation_checkpointing, "checkpoint_every": t.checkpoint_every,
+                    "activation_checkpointing": t.activation_checkpointing, "compile": t.compile,
+                    "loss_chunk_tokens": t.loss_chunk_tokens, "checkpoint_every": t.checkpoint_every,
                     "max_failures": t.max_failures, "require_efa": t.require_efa, "cache_dir": "/mnt/model-cache",
                 },
                 active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
@@ -125,3 +126,7 @@ class EfaTrainingStack(Stack):
         CfnOutput(self, "JobLogs", value=f"kubectl -n {ns} logs -f job/{job}")
         CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{p.cluster_name}-head-svc 8265:8265")
         CfnOutput(self, "CheckpointBucket", value=self.training.bucket.bucket_name)
+        # Read by `make watch` and `make destroy` (tools/watch.py, tools/teardown.py).
+        CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
+        CfnOutput(self, "Namespace", value=ns)
+        CfnOutput(self, "RayJobName", value=job)

@@ -307,3 +307,9 @@ def test_outputs_tell_how_to_follow_the_job(template):
     assert "get rayjob fsdp-finetune" in outputs["JobStatus"] and "logs -f job/fsdp-finetune" in outputs["JobLogs"]
     assert "port-forward service/fsdp-head-svc 8265:8265" in outputs["Dashboard"]
     assert "Ref" in outputs["CheckpointBucket"]
+
+
+def test_outputs_name_what_the_watcher_follows(template):
+    outputs = template.to_json()["Outputs"]
+    assert outputs["Namespace"]["Value"] == "training" and outputs["RayJobName"]["Value"] == "fsdp-finetune"
+    assert "Ref" in json.dumps(outputs["ClusterName"]["Value"])

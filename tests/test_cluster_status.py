@@ -1,0 +1,197 @@
+"""Status interpretation on recorded API objects (tests/data/k8s): nodes, RayJobs, trainer logs."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.conftest import DATA
+from tools import cluster_status as cs
+
+K8S = DATA / "k8s"
+
+
+def load(name: str) -> dict:
+    return json.loads((K8S / name).read_text())
+
+
+@functools.lru_cache(maxsize=1)
+def rayjob_status_schema() -> dict:
+    crd = yaml.load((DATA / "kuberay-v1.7.0" / "ray.io_rayjobs.yaml").read_text(), Loader=yaml.CSafeLoader)
+    v1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return v1["schema"]["openAPIV3Schema"]["properties"]["status"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in K8S.glob("rayjob-*.json")))
+def test_recorded_rayjob_status_fits_kuberay_schema(name):
+    """The fixtures are only worth as much as their shape: check them against KubeRay 1.7's CRD."""
+    jsonschema.validate(load(name)["status"], rayjob_status_schema())
+
+
+def test_ready_node_with_gpus_and_efa_is_ok():
+    report = cs.node_report(load("node-ready.json"), expected_gpus=4, expected_efa=1)
+    assert report.ok and (report.gpus, report.efa) == (4, 1)
+
+
+def test_node_without_efa_names_the_missing_plugin():
+    report = cs.node_report(load("node-no-efa.json"), 4, 1, plugin_pods_on_node=["nvidia-device-plugin-x2k9d"])
+    assert report.missing == [
+        "vpc.amazonaws.com/efa 0 of 1 allocatable: the EFA device plugin has no pod on this node "
+        "(taint toleration, node selector or allowlist?)"]
+
+
+def test_node_without_efa_but_with_its_plugin_pod_is_waiting_for_registration():
+    report = cs.node_report(load("node-no-efa.json"), 4, 1,
+                            plugin_pods_on_node=["nvidia-device-plugin-x2k9d", "aws-efa-k8s-device-plugin-7hq2c"])
+    assert report.missing == ["vpc.amazonaws.com/efa 0 of 1 allocatable: its plugin pod runs but has not registered them yet"]
+
+
+def test_not_ready_node_says_why_and_what_is_missing():
+    report = cs.node_report(load("node-not-ready.json"), 4, 1)
+    assert report.missing[0] == "not Ready (KubeletNotReady)"
+    assert report.missing[1].startswith("nvidia.com/gpu 0 of 4 allocatable: the NVIDIA device plugin has no pod")
+
+
+def test_too_few_nodes_is_reported_before_node_problems():
+    reports = [cs.node_report(load("node-no-efa.json"), 4, 1)]
+    ready, lines = cs.nodes_verdict(reports, expected_nodes=2)
+    assert not ready
+    assert lines[0] == "1 of 2 GPU nodes have joined the cluster"
+    assert lines[1].startswith("ip-10-0-12-35.us-east-2.compute.internal: vpc.amazonaws.com/efa 0 of 1")
+
+
+def test_all_nodes_ready():
+    reports = [cs.node_report(load("node-ready.json"), 4, 1)] * 2
+    assert cs.nodes_verdict(reports, 2) == (True, [])
+
+
+def test_initializing_job_is_not_terminal():
+    job = cs.rayjob_report(load("rayjob-initializing.json"))
+    assert not job.terminal and job.line == "RayJob fsdp-finetune: deployment Initializing, job -"
+
+
+def test_running_job():
+    job = cs.rayjob_report(load("rayjob-running.json"))
+    assert not job.terminal and job.job_status == "RUNNING"
+
+
+def test_succeeded_job():
+    job = cs.rayjob_report(load("rayjob-succeeded.json"))
+    assert job.terminal and job.succeeded
+
+
+def test_deadline_exceeded_names_the_setting():
+    job = cs.rayjob_report(load("rayjob-deadline.json"))
+    assert job.terminal and not job.succeeded
+    assert "DeadlineExceeded: the job ran past training.active_deadline_seconds" in job.line
+
+
+def test_app_failure_carries_the_first_line_of_the_message():
+    job = cs.rayjob_report(load("rayjob-app-failed.json"))
+    assert not job.succeeded and "2 failed attempt(s)" in job.line
+    assert "AppFailed: the trainer exited with an error" in job.line
+    assert "(Job entrypoint command failed with exit code 1, last available logs" in job.line
+
+
+def test_submission_failure_points_at_the_submitter():
+    job = cs.rayjob_report(load("rayjob-submission-failed.json"))
+    assert "SubmissionFailed: the submitter pod could not submit the job" in job.line
+
+
+def test_job_complete_with_a_failed_ray_job_is_not_a_success():
+    rayjob = load("rayjob-succeeded.json")
+    rayjob["status"]["jobStatus"] = "FAILED"
+    job = cs.rayjob_report(rayjob)
+    assert job.terminal and not job.succeeded and job.line.endswith("the Ray job ended FAILED")
+
+
+def test_progress_from_a_real_trainer_log():
+    """A real `python -m training.train --local` log: Ray's ANSI prefixes, duplicated lines, a harmless traceback."""
+    progress = cs.trainer_progress((K8S / "trainer-local-run.log").read_text().splitlines())
+    assert (progress.step, progress.steps) == (6, 6)
+    assert progress.last_step.startswith("step     6/6 | loss  6.2423")
+    assert progress.summary["final_step"] == 6 and progress.summary["transport"] == "gloo (CPU): no NCCL"
+    assert progress.errors[0] == "GetTimeoutError: Get timed out: some object(s) not ready."
+
+
+def test_transport_line_and_failure_in_a_gpu_log():
+    lines = [
+        "(RayTrainWorker pid=311, ip=10.0.12.34) NCCL transport: inter-node traffic NOT on EFA: socket in 3 of 3 multi-node communicators",
+        "RuntimeError: --require-efa: inter-node traffic NOT on EFA: socket in 3 of 3 multi-node communicators",
+    ]
+    progress = cs.trainer_progress(lines)
+    assert progress.transport.startswith("inter-node traffic NOT on EFA")
+    summary = cs.final_summary(cs.rayjob_report(load("rayjob-app-failed.json")), progress, "ckpt-bucket")
+    assert summary[0].startswith("FAILED: RayJob fsdp-finetune")
+    assert summary[1] == "transport: inter-node traffic NOT on EFA: socket in 3 of 3 multi-node communicators"
+    assert summary[-1] == "last error: RuntimeError: --require-efa: inter-node traffic NOT on EFA: socket in 3 of 3 multi-node communicators"
+    assert "checkpoints: s3://ckpt-bucket/runs/" in summary
+
+
+def test_success_summary_reports_throughput_and_where_things_are():
+    progress = cs.trainer_progress([
+        'run summary: {"run": "s3://ckpt/runs/fsdp-finetune", "wall_time_s": 2110.4, "final_loss": 2.31, '
+        '"tokens_per_s_per_gpu": 2210.5, "mfu": 0.243, "checkpoint": "ckpt/runs/fsdp-finetune/checkpoint_2026-11-30"}',
+        "NCCL transport: inter-node traffic on EFA in all 3 multi-node communicators"])
+    summary = cs.final_summary(cs.rayjob_report(load("rayjob-succeeded.json")), progress, "ckpt")
+    assert summary == [
+        "SUCCEEDED: RayJob fsdp-finetune: deployment Complete, job SUCCEEDED",
+        "transport: inter-node traffic on EFA in all 3 multi-node communicators",
+        "throughput: 2,210 tokens/s per GPU, MFU 24.3%, final loss 2.31, 2110.4 s",
+        "run summary: s3://ckpt/runs/fsdp-finetune/run_summary.json",
+        "checkpoint: ckpt/runs/fsdp-finetune/checkpoint_2026-11-30",
+    ]
+
+
+@pytest.mark.parametrize("name", ["node-ready.json", "node-no-efa.json", "node-not-ready.json"])
+def test_recorded_nodes_are_valid_kubernetes_objects(name):
+    import kubernetes_validate
+
+    kubernetes_validate.validate(load(name), "1.36", strict=True)
+
+
+def test_eks_token_is_a_presigned_sts_url_bound_to_the_cluster():
+    import base64
+    import urllib.parse
+
+    import boto3
+
+    from tools.watch import eks_token
+
+    session = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-2")
+    token = eks_token(session, "my-cluster", "us-east-2")
+    assert token.startswith("k8s-aws-v1.")
+    encoded = token.removeprefix("k8s-aws-v1.")
+    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+    assert url.startswith("https://sts.us-east-2.amazonaws.com/?Action=GetCallerIdentity")
+    assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"][0] and query["X-Amz-Expires"] == ["60"]
+
+
+def test_watch_without_a_deployed_stack_is_one_line(monkeypatch, capsys):
+    import boto3
+    from botocore.stub import Stubber
+
+    from tests.conftest import ROOT
+    from tools import watch
+
+    cloudformation = boto3.client("cloudformation", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(cloudformation)
+    stub.add_client_error("describe_stacks", service_error_code="ValidationError",
+                          service_message="Stack with id EksFsdpEfa does not exist")
+    stub.activate()
+
+    class Session:
+        def client(self, name, region_name=None):
+            assert name == "cloudformation"
+            return cloudformation
+
+    monkeypatch.setattr(boto3, "Session", Session)
+    monkeypatch.chdir(ROOT)
+    assert watch.main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: stack EksFsdpEfa not found in us-east-2: run `make deploy` first") and "\n" not in err

@@ -1,0 +1,37 @@
+"""What `make destroy` reports as kept: retained resources read from the synthesized template."""
+
+from __future__ import annotations
+
+import boto3
+from moto import mock_aws
+
+from tools import teardown
+
+
+def test_retained_resources_are_the_bucket_and_the_secrets_key(template):
+    retained = teardown.retained_logical_ids(template.to_json())
+    assert sorted(retained.values()) == ["AWS::KMS::Key", "AWS::S3::Bucket"]
+
+
+def test_bucket_report_counts_every_version(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-2")
+        s3.create_bucket(Bucket="ckpt", CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
+        s3.put_bucket_versioning(Bucket="ckpt", VersioningConfiguration={"Status": "Enabled"})
+        for body in (b"a" * 1024, b"b" * 2048):
+            s3.put_object(Bucket="ckpt", Key="runs/run/run_summary.json", Body=body)
+        kept = teardown.describe_bucket(s3, "ckpt")
+        assert kept.detail.startswith("2 object version(s)")
+        assert teardown.describe_bucket(s3, "gone") is None
+
+
+def test_report_lists_each_kept_resource_with_its_delete_command():
+    report = teardown.kept_report([teardown.Kept("S3 bucket", "ckpt", "2 object version(s)", "empty it, then delete")])
+    assert report.splitlines() == ["kept on purpose (still billed until you delete it):",
+                                   "  S3 bucket ckpt: 2 object version(s)", "    delete: empty it, then delete"]
+
+
+def test_nothing_kept_says_so():
+    assert teardown.kept_report([]).startswith("nothing was kept")

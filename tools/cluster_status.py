@@ -1,0 +1,172 @@
+"""What the cluster's API objects say, in plain words: GPU node readiness, RayJob state, trainer logs.
+
+Pure functions over API objects as JSON dicts (what the Kubernetes API returns; the watcher turns
+client objects into these with ApiClient.sanitize_for_serialization), so every verdict is unit-
+tested on recorded objects without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# The device-plugin daemonsets, by a substring of their pod names, and what their absence explains.
+PLUGIN_PODS = {GPU_RESOURCE: ("nvidia-device-plugin", "NVIDIA device plugin"),
+               EFA_RESOURCE: ("efa", "EFA device plugin")}
+
+# KubeRay 1.7 RayJob status values.
+TERMINAL_DEPLOYMENT = {"Complete", "Failed", "ValidationFailed"}
+FAILURE_HINTS = {
+    "DeadlineExceeded": "the job ran past training.active_deadline_seconds",
+    "SubmissionFailed": "the submitter pod could not submit the job (kubectl logs job/<name>)",
+    "AppFailed": "the trainer exited with an error (its log lines are above)",
+    "ValidationFailed": "KubeRay rejected the RayJob spec",
+    "JobDeploymentStatusTransitionGracePeriodExceeded": "the Ray job ended but KubeRay could not finish the RayJob",
+}
+
+
+def quantity(value) -> int:
+    """Integer count of a Kubernetes quantity as extended resources use it ('4', 4, None)."""
+    if value is None:
+        return 0
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+@dataclass
+class NodeReport:
+    name: str
+    ready: bool
+    gpus: int
+    efa: int
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
+def node_report(node: dict, expected_gpus: int, expected_efa: int, plugin_pods_on_node: list[str] = ()) -> NodeReport:
+    """Whether one GPU node is Ready and advertises the GPUs and EFA devices its pod will request."""
+    name = node["metadata"]["name"]
+    conditions = {c["type"]: c for c in node.get("status", {}).get("conditions") or []}
+    ready_condition = conditions.get("Ready", {})
+    ready = ready_condition.get("status") == "True"
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    gpus, efa = quantity(allocatable.get(GPU_RESOURCE)), quantity(allocatable.get(EFA_RESOURCE))
+    missing = []
+    if not ready:
+        why = ready_condition.get("reason") or "no Ready condition yet"
+        missing.append(f"not Ready ({why})")
+    for resource, have, want in ((GPU_RESOURCE, gpus, expected_gpus), (EFA_RESOURCE, efa, expected_efa)):
+        if have < want:
+            pod_part, plugin = PLUGIN_PODS[resource]
+            running = any(pod_part in pod for pod in plugin_pods_on_node)
+            hint = "its plugin pod runs but has not registered them yet" if running else \
+                f"the {plugin} has no pod on this node (taint toleration, node selector or allowlist?)"
+            missing.append(f"{resource} {have} of {want} allocatable: {hint}")
+    return NodeReport(name, ready, gpus, efa, missing)
+
+
+def nodes_verdict(reports: list[NodeReport], expected_nodes: int) -> tuple[bool, list[str]]:
+    """(all ready, one line per problem) for the GPU node group as a whole."""
+    lines = []
+    if len(reports) < expected_nodes:
+        lines.append(f"{len(reports)} of {expected_nodes} GPU nodes have joined the cluster")
+    for report in reports:
+        lines += [f"{report.name}: {item}" for item in report.missing]
+    return not lines, lines
+
+
+@dataclass
+class JobReport:
+    deployment: str
+    job_status: str
+    terminal: bool
+    succeeded: bool
+    line: str
+
+
+def rayjob_report(rayjob: dict) -> JobReport:
+    """KubeRay's RayJob status as one line, and whether it is over and how."""
+    status = rayjob.get("status") or {}
+    deployment = status.get("jobDeploymentStatus") or "New"
+    job_status = status.get("jobStatus") or "-"
+    reason, message = status.get("reason") or "", (status.get("message") or "").strip()
+    terminal = deployment in TERMINAL_DEPLOYMENT
+    succeeded = terminal and deployment == "Complete" and job_status == "SUCCEEDED"
+    line = f"RayJob {rayjob['metadata']['name']}: deployment {deployment}, job {job_status}"
+    if status.get("failed"):
+        line += f", {status['failed']} failed attempt(s)"
+    if reason:
+        line += f"; {reason}: {FAILURE_HINTS.get(reason, 'see the RayJob events')}"
+    if message and (reason or (terminal and not succeeded)):
+        line += f" ({message.splitlines()[0][:200]})"
+    if terminal and deployment == "Complete" and job_status != "SUCCEEDED":
+        line += f"; the Ray job ended {job_status}"
+    return JobReport(deployment, job_status, terminal, succeeded, line)
+
+
+_STEP = re.compile(r"step\s+(\d+)/(\d+) \|.*tok/s/gpu")
+_TRANSPORT = re.compile(r"NCCL transport: (.+)$")
+_SUMMARY = re.compile(r"run summary: (\{.*\})\s*$")
+# The exception line a failing trainer ends with (Ray also logs harmless tracebacks on its own).
+_ERROR = re.compile(r"\b\w+(Error|Exception): .+")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class TrainerProgress:
+    last_step: str | None = None
+    step: int = 0
+    steps: int = 0
+    transport: str | None = None
+    summary: dict | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def trainer_progress(lines: list[str]) -> TrainerProgress:
+    """What the trainer's own log lines (forwarded through the Ray job's log) say so far."""
+    progress = TrainerProgress()
+    for raw in lines:
+        line = _ANSI.sub("", raw).rstrip()
+        if m := _STEP.search(line):
+            progress.last_step = line[m.start():]
+            progress.step, progress.steps = int(m.group(1)), int(m.group(2))
+        if m := _TRANSPORT.search(line):
+            progress.transport = m.group(1)
+        if m := _SUMMARY.search(line):
+            try:
+                progress.summary = json.loads(m.group(1))
+            except json.JSONDecodeError:
+                pass
+        if m := _ERROR.search(line):
+            progress.errors.append(line[m.start():][:300])
+    return progress
+
+
+def final_summary(job: JobReport, progress: TrainerProgress, bucket: str | None) -> list[str]:
+    """The lines printed when the job is over."""
+    lines = [("SUCCEEDED: " if job.succeeded else "FAILED: ") + job.line]
+    lines.append(f"transport: {progress.transport or 'no NCCL transport line in the log'}")
+    summary = progress.summary or {}
+    if summary.get("tokens_per_s_per_gpu"):
+        mfu = f", MFU {summary['mfu'] * 100:.1f}%" if summary.get("mfu") else ""
+        lines.append(f"throughput: {summary['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU{mfu}, "
+                     f"final loss {summary.get('final_loss')}, {summary.get('wall_time_s')} s")
+    elif progress.last_step:
+        lines.append(f"last step: {progress.last_step}")
+    if summary.get("run"):
+        lines.append(f"run summary: {summary['run']}/run_summary.json")
+    if summary.get("checkpoint"):
+        lines.append(f"checkpoint: {summary['checkpoint']}")
+    elif bucket:
+        lines.append(f"checkpoints: s3://{bucket}/runs/")
+    if not job.succeeded and progress.errors:
+        lines.append(f"last error: {progress.errors[-1]}")
+    return lines

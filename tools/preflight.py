@@ -1,0 +1,263 @@
+"""Will `cdk deploy` of these settings get its GPUs? `python -m tools.preflight [-c key=value ...]`.
+
+Read-only AWS calls with boto3's normal credential chain, against the settings the app would
+use (cdk.json's context plus the same `-c` overrides). Each check prints PASS, WARN or FAIL with
+one line of reason and the fix; any FAIL exits 1, so `make deploy` stops before CloudFormation
+spends twenty minutes finding out.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+
+from cdk_constructs.instance_types import INSTANCE_TYPES, VCPU_QUOTA_CODES, vcpu_quota_class
+from stacks.settings import EKS_CREATABLE_VERSIONS, Settings
+from tools.cli import parse, tool_parser
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+QUOTA_NAMES = {"g": "Running On-Demand G and VT instances", "p": "Running On-Demand P instances",
+               "standard": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: str
+    reason: str
+    fix: str = ""
+
+
+# ---------------------------------------------------------------- the checks (one AWS question each)
+
+
+def check_region(ec2, region: str) -> Check:
+    regions = {r["RegionName"]: r.get("OptInStatus", "opt-in-not-required")
+               for r in ec2.describe_regions(AllRegions=True)["Regions"]}
+    status = regions.get(region)
+    if status is None:
+        return Check("region", FAIL, f"{region} is not an AWS region this account knows",
+                     "set -c region=<one of: " + ", ".join(sorted(regions)[:6]) + ", ...>")
+    if status == "not-opted-in":
+        return Check("region", FAIL, f"{region} is an opt-in region that this account has not enabled",
+                     f"aws account enable-region --region-name {region}")
+    return Check("region", PASS, f"{region} is enabled ({status})")
+
+
+def check_kubernetes_version(eks, version: str) -> Check:
+    """Ask EKS which versions it creates now; fall back to the project's table if the API is unavailable."""
+    try:
+        listed = eks.describe_cluster_versions(clusterVersions=[version]).get("clusterVersions", [])
+    except Exception as error:  # older endpoints, missing permission, or a mock without the API
+        known = version in EKS_CREATABLE_VERSIONS
+        return Check("kubernetes version", PASS if known else FAIL,
+                     f"{version} is {'in' if known else 'not in'} the project's creatable list "
+                     f"(EKS not asked: {type(error).__name__})",
+                     "" if known else f"set -c kubernetes_version=<{', '.join(EKS_CREATABLE_VERSIONS)}>")
+    if not listed:
+        return Check("kubernetes version", FAIL, f"EKS does not offer Kubernetes {version} in this region",
+                     f"set -c kubernetes_version=<{', '.join(EKS_CREATABLE_VERSIONS)}>")
+    status = listed[0].get("versionStatus") or listed[0].get("status") or "available"
+    if str(status).upper() in ("UNSUPPORTED", "END_OF_SUPPORT"):
+        return Check("kubernetes version", FAIL, f"Kubernetes {version} is {status} on EKS",
+                     f"set -c kubernetes_version={EKS_CREATABLE_VERSIONS[-1]}")
+    return Check("kubernetes version", PASS, f"EKS creates Kubernetes {version} ({status})")
+
+
+def check_offered(ec2, instance_type: str, zone: str) -> Check:
+    offerings = ec2.describe_instance_type_offerings(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+    )["InstanceTypeOfferings"]
+    zones = sorted({o["Location"] for o in offerings})
+    if zone in zones:
+        return Check("offered in AZ", PASS, f"{instance_type} is offered in {zone}")
+    if not zones:
+        return Check("offered in AZ", FAIL, f"{instance_type} is not offered in any AZ of this region",
+                     "choose another region (-c region=...) or -c gpu_instance_type=...")
+    return Check("offered in AZ", FAIL, f"{instance_type} is not offered in {zone}; it is in {', '.join(zones)}",
+                 f"-c gpu_availability_zone={zones[0]} (and list it in availability_zones)")
+
+
+def check_efa(ec2, instance_type: str) -> Check:
+    info = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"][0]
+    network = info.get("NetworkInfo", {})
+    interfaces = network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0) if network.get("EfaSupported") else 0
+    expected = INSTANCE_TYPES[instance_type].efa_interfaces if instance_type in INSTANCE_TYPES else None
+    if not interfaces:
+        return Check("EFA support", FAIL, f"{instance_type} does not support EFA",
+                     "-c gpu_instance_type=<an EFA type: g6.12xlarge, p5.48xlarge, ...>")
+    if expected is not None and expected != interfaces:
+        return Check("EFA support", WARN,
+                     f"EC2 says {instance_type} takes {interfaces} EFA interfaces, the project's table says {expected}",
+                     "correct cdk_constructs/instance_types.py (the launch template uses the table)")
+    return Check("EFA support", PASS, f"{instance_type} supports EFA with {interfaces} interface(s), as the table says")
+
+
+def _vcpus_in_use(ec2, quota_class: str) -> int:
+    counts: dict[str, int] = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                kind = instance["InstanceType"]
+                if vcpu_quota_class(kind) == quota_class:
+                    counts[kind] = counts.get(kind, 0) + 1
+    if not counts:
+        return 0
+    unknown = [k for k in counts if k not in INSTANCE_TYPES]
+    vcpus = {k: INSTANCE_TYPES[k].vcpus for k in counts if k in INSTANCE_TYPES}
+    if unknown:
+        for info in ec2.describe_instance_types(InstanceTypes=unknown)["InstanceTypes"]:
+            vcpus[info["InstanceType"]] = info["VCpuInfo"]["DefaultVCpus"]
+    return sum(vcpus[k] * n for k, n in counts.items())
+
+
+def _quota_value(quotas, code: str) -> int:
+    """The account's applied quota, or AWS's default where the account has never had it changed."""
+    try:
+        return int(quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+    except quotas.exceptions.NoSuchResourceException:
+        return int(quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
+
+
+def check_vcpu_quota(quotas, ec2, instance_type: str, count: int, region: str, role: str) -> Check:
+    name = f"vCPU quota ({role})"
+    quota_class = vcpu_quota_class(instance_type)
+    if quota_class is None:
+        return Check(name, WARN, f"{instance_type} counts against a quota this check does not know",
+                     "check it in the Service Quotas console")
+    code = VCPU_QUOTA_CODES[quota_class]
+    need = INSTANCE_TYPES[instance_type].vcpus * count
+    limit = _quota_value(quotas, code)
+    used = _vcpus_in_use(ec2, quota_class)
+    what = f"{count} x {instance_type} need {need} vCPU; quota '{QUOTA_NAMES[quota_class]}' ({code}) is {limit}, {used} in use"
+    if limit - used >= need:
+        return Check(name, PASS, what)
+    desired = int(math.ceil((used + need) / 4) * 4)
+    return Check(name, FAIL, what + f", {limit - used} free",
+                 f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
+                 f"--desired-value {desired} --region {region}")
+
+
+def check_capacity_reservation(ec2, s: Settings) -> list[Check]:
+    name = "capacity reservation"
+    if s.capacity_reservation_id is None:
+        return [Check(name, PASS, "none configured (On-Demand capacity)")]
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=[s.capacity_reservation_id])["CapacityReservations"]
+    except Exception as error:
+        code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+        return [Check(name, FAIL, f"{s.capacity_reservation_id} cannot be read: {code}",
+                      "check the id and region, or set -c capacity_reservation_id=null")]
+    if not found:
+        return [Check(name, FAIL, f"{s.capacity_reservation_id} does not exist in {s.region}",
+                      "check the id and region, or set -c capacity_reservation_id=null")]
+    cr = found[0]
+    problems = []
+    if cr.get("State") != "active":
+        problems.append(f"its state is {cr.get('State')}, not active")
+    if cr.get("InstanceType") != s.gpu_instance_type:
+        problems.append(f"it holds {cr.get('InstanceType')}, not {s.gpu_instance_type}")
+    if cr.get("AvailabilityZone") != s.gpu_availability_zone:
+        problems.append(f"it is in {cr.get('AvailabilityZone')}, not {s.gpu_availability_zone}")
+    available = cr.get("AvailableInstanceCount", 0)
+    if available < s.gpu_node_count:
+        problems.append(f"{available} instance(s) available, {s.gpu_node_count} needed")
+    checks = []
+    if problems:
+        fix = (f"-c gpu_instance_type={cr.get('InstanceType')} -c gpu_availability_zone={cr.get('AvailabilityZone')}"
+               if cr.get("State") == "active" else "use an active reservation")
+        checks.append(Check(name, FAIL, f"{s.capacity_reservation_id}: " + "; ".join(problems), fix))
+    else:
+        checks.append(Check(name, PASS, f"{s.capacity_reservation_id} is active: {available} x {s.gpu_instance_type} "
+                                        f"available in {s.gpu_availability_zone}"))
+    if s.placement_group == "on":
+        checks.append(Check("placement group", WARN,
+                            "a cluster placement group and a capacity reservation are both set: launches fail "
+                            "unless the reservation was made in that placement group",
+                            "-c placement_group=auto (off with a reservation)"))
+    return checks
+
+
+# ---------------------------------------------------------------- running and reporting
+
+
+def run_checks(session, s: Settings) -> list[Check]:
+    ec2 = session.client("ec2", region_name=s.region)
+    eks = session.client("eks", region_name=s.region)
+    quotas = session.client("service-quotas", region_name=s.region)
+    region = _guarded("region", lambda: check_region(ec2, s.region))
+    if region.verdict == FAIL:
+        return [region]
+    return [
+        region,
+        _guarded("kubernetes version", lambda: check_kubernetes_version(eks, s.kubernetes_version)),
+        _guarded("offered in AZ", lambda: check_offered(ec2, s.gpu_instance_type, s.gpu_availability_zone)),
+        _guarded("EFA support", lambda: check_efa(ec2, s.gpu_instance_type)),
+        _guarded("vCPU quota (GPU nodes)", lambda: check_vcpu_quota(
+            quotas, ec2, s.gpu_instance_type, s.gpu_node_count, s.region, "GPU nodes")),
+        _guarded("vCPU quota (system nodes)", lambda: check_vcpu_quota(
+            quotas, ec2, s.system_instance_type, s.system_node_count, s.region, "system nodes")),
+        *_guarded_list("capacity reservation", lambda: check_capacity_reservation(ec2, s)),
+    ]
+
+
+def _guarded(name: str, check) -> Check:
+    """A check whose AWS call was refused (permissions, throttling) is a FAIL that names the call."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return check()
+    except (ClientError, BotoCoreError) as error:
+        code = getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
+        operation = getattr(error, "operation_name", "an AWS call")
+        return Check(name, FAIL, f"could not check: {operation} failed with {code}",
+                     "grant the caller read access to EC2, EKS and Service Quotas (e.g. ReadOnlyAccess)")
+
+
+def _guarded_list(name: str, checks) -> list[Check]:
+    result: list = []
+    single = _guarded(name, lambda: result.extend(checks()) or None)
+    return result if single is None else [single]
+
+
+def format_table(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{c.verdict}  {c.name:<{width}}  {c.reason}")
+        if c.fix and c.verdict != PASS:
+            lines.append(f"{'':6}{'':<{width}}  fix: {c.fix}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = tool_parser("python -m tools.preflight", __doc__)
+    args, _, settings = parse(parser, argv)
+    if settings is None:
+        return 2
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    session = boto3.Session()
+    try:
+        identity = session.client("sts", region_name=settings.region).get_caller_identity()
+    except NoCredentialsError:
+        print("error: no AWS credentials found (boto3 looked in the environment, ~/.aws and the instance role); "
+              "run `aws configure` or `aws sso login` first", file=sys.stderr)
+        return 2
+    except (ClientError, BotoCoreError) as error:
+        print(f"error: AWS credentials were refused: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"preflight for stack {settings.stack_name} in {settings.region}, account {identity['Account']}")
+    checks = run_checks(session, settings)
+    print(format_table(checks))
+    failed = [c for c in checks if c.verdict == FAIL]
+    print(f"{len(failed)} FAIL, {sum(c.verdict == WARN for c in checks)} WARN, {sum(c.verdict == PASS for c in checks)} PASS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

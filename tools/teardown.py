@@ -1,0 +1,132 @@
+"""`make destroy`: `cdk destroy`, then list what was kept on purpose, so nothing bills unseen.
+
+Before destroying, it reads which of the stack's resources CloudFormation will retain
+(DeletionPolicy Retain: the checkpoint bucket, the secrets KMS key) and the cluster's name (EKS
+writes control-plane logs to a log group that no stack owns). Afterwards it reports each of
+them with its size and the command that deletes it. It deletes nothing that holds data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.cli import parse, tool_parser
+
+RETAINING_POLICIES = ("Retain", "RetainExceptOnCreate")
+
+
+@dataclass
+class Kept:
+    kind: str
+    name: str
+    detail: str
+    delete_with: str
+
+
+def retained_logical_ids(template: dict) -> dict[str, str]:
+    """Logical id -> resource type of every resource that `cdk destroy` leaves behind."""
+    return {logical_id: resource["Type"] for logical_id, resource in template.get("Resources", {}).items()
+            if resource.get("DeletionPolicy") in RETAINING_POLICIES}
+
+
+def describe_bucket(s3, bucket: str) -> Kept | None:
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except s3.exceptions.ClientError:
+        return None
+    count = size = 0
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for version in page.get("Versions", []):
+            count += 1
+            size += version["Size"]
+    return Kept("S3 bucket", bucket, f"{count} object version(s), {size / 2**30:.2f} GiB (checkpoints, run summaries)",
+                f"empty it (S3 console: Empty, which removes every version), then aws s3api delete-bucket --bucket {bucket}")
+
+
+def describe_key(kms, key_id: str) -> Kept | None:
+    try:
+        state = kms.describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"]
+    except kms.exceptions.ClientError:
+        return None
+    if state in ("PendingDeletion", "PendingReplicaDeletion"):
+        return None
+    return Kept("KMS key", key_id, f"{state}; about $1/month while it exists (it encrypted the cluster's secrets)",
+                f"aws kms schedule-key-deletion --key-id {key_id} --pending-window-in-days 7")
+
+
+def describe_log_group(logs, name: str) -> Kept | None:
+    groups = [g for g in logs.describe_log_groups(logGroupNamePrefix=name).get("logGroups", []) if g["logGroupName"] == name]
+    if not groups:
+        return None
+    return Kept("log group", name, f"{groups[0].get('storedBytes', 0) / 2**20:.1f} MiB of EKS control-plane logs",
+                f"aws logs delete-log-group --log-group-name {name}")
+
+
+def kept_report(kept: list[Kept]) -> str:
+    if not kept:
+        return "nothing was kept: no retained resource of this stack is left"
+    lines = ["kept on purpose (still billed until you delete it):"]
+    for item in kept:
+        lines += [f"  {item.kind} {item.name}: {item.detail}", f"    delete: {item.delete_with}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = tool_parser("python -m tools.teardown", __doc__)
+    parser.add_argument("--cdk", default="cdk", help="the CDK CLI to run")
+    args, cdk_args, s = parse(parser, argv)
+    if s is None:
+        return 2
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    session = boto3.Session(region_name=s.region)
+    cloudformation = session.client("cloudformation")
+    try:
+        template = cloudformation.get_template(StackName=s.stack_name, TemplateStage="Processed")["TemplateBody"]
+        template = json.loads(template) if isinstance(template, str) else template
+        resources = cloudformation.describe_stack_resources(StackName=s.stack_name)["StackResources"]
+        outputs = {o["OutputKey"]: o["OutputValue"]
+                   for o in cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"][0].get("Outputs", [])}
+    except NoCredentialsError:
+        print("error: no AWS credentials found; run `aws configure` or `aws sso login` first", file=sys.stderr)
+        return 2
+    except (ClientError, BotoCoreError) as error:
+        print(f"error: cannot read stack {s.stack_name} in {s.region}: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    retained = retained_logical_ids(template)
+    physical = {r["LogicalResourceId"]: r.get("PhysicalResourceId") for r in resources}
+    context_args = [arg for item in args.context for arg in ("-c", item)]
+    done = subprocess.run([args.cdk, "destroy", s.stack_name, *context_args, *cdk_args], cwd=Path(args.cdk_json).parent)
+    if done.returncode != 0:
+        print(f"error: cdk destroy exited {done.returncode}; the stack may still exist", file=sys.stderr)
+        return done.returncode
+    try:
+        cloudformation.describe_stacks(StackName=s.stack_name)
+        print(f"stack {s.stack_name} still exists (destroy cancelled?): nothing was deleted", file=sys.stderr)
+        return 1
+    except ClientError:
+        pass  # gone, as it should be
+    kept: list[Kept | None] = []
+    for logical_id, kind in retained.items():
+        name = physical.get(logical_id)
+        if not name:
+            continue
+        if kind == "AWS::S3::Bucket":
+            kept.append(describe_bucket(session.client("s3"), name))
+        elif kind == "AWS::KMS::Key":
+            kept.append(describe_key(session.client("kms"), name))
+        else:
+            kept.append(Kept(kind, name, "retained by its DeletionPolicy", "delete it in its service's console"))
+    if "ClusterName" in outputs:
+        kept.append(describe_log_group(session.client("logs"), f"/aws/eks/{outputs['ClusterName']}/cluster"))
+    print(kept_report([k for k in kept if k]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
