@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-# The device-plugin daemonsets, by a substring of their pod names, and what their absence explains.
+# The device-plugin daemonsets (Helm releases in kube-system, cdk_constructs/device_plugins.py), by a
+# substring of their pod names.
 PLUGIN_PODS = {GPU_RESOURCE: ("nvidia-device-plugin", "NVIDIA device plugin"),
-               EFA_RESOURCE: ("efa", "EFA device plugin")}
+               EFA_RESOURCE: ("efa-k8s-device-plugin", "EFA device plugin")}
 
 # KubeRay 1.7 RayJob status values.
 TERMINAL_DEPLOYMENT = {"Complete", "Failed", "ValidationFailed"}

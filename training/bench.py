@@ -334,7 +334,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def comparisons(rows: list[dict]) -> list[str]:
-    """Side-by-side ratios the issue asks for: ours over the example's recipe, normal over sockets, scaling."""
+    """Side-by-side ratios: ours over the example's recipe, normal NCCL over sockets, scaling from one GPU."""
     by_name = {r["name"]: r for r in rows if r.get("tokens_per_s_per_gpu")}
     default = next((r for r in rows if r["group"] == "main" and r["recipe"] == "trainer"), None)
     out = []
