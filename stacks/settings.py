@@ -50,7 +50,7 @@ class TrainingSettings:
     """Tokens per sequence."""
     micro_batch: int = _L4["micro_batch"]
     """Sequences per GPU per forward pass (1 x 2048 fits an L4 with activation checkpointing)."""
-    grad_accum: int = 4
+    grad_accum: int = _L4["grad_accum"]
     """Micro-batches per optimizer step."""
     learning_rate: float = 2e-5
     """Peak learning rate after warmup."""
@@ -60,6 +60,10 @@ class TrainingSettings:
     """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
     compile: bool = _L4["compile"]
     """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
+    reshard_after_forward: bool = True
+    """False keeps each layer's weights gathered through a step's micro-batches: one all-gather per
+    step instead of two per micro-batch over EFA, for about 9 GB more per GPU (fits L4s at 8 workers;
+    ran out of memory at 2 under a 22 GiB cap; docs/benchmarks.md)."""
     loss_chunk_tokens: int = _L4["loss_chunk_tokens"]
     """Tokens per chunk of the fused LM head + loss; its bf16 logits take chunk x vocab x 2 bytes."""
     checkpoint_every: int = 50

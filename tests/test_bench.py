@@ -68,16 +68,24 @@ def test_full_plan_has_the_baseline_the_l4_cap_the_sockets_ab_and_one_gpu():
     example = [c for c in groups["main"].cases if c.recipe == "example"]
     shapes = {(c.overrides["micro_batch"], c.overrides["seq_len"]) for c in example}
     assert (1, 128) in shapes and (GPU_PROFILES["h200"]["micro_batch"], GPU_PROFILES["h200"]["seq_len"]) in shapes
-    assert groups["l4"].world_size == 2 and groups["l4"].cases[0].memory_cap_gib == 22.0
-    assert groups["l4"].cases[0].profile == "l4"
+    assert groups["l4-world2"].world_size == 2 and groups["l4-world2"].cases[0].memory_cap_gib == 22.0
+    assert groups["l4-world2"].cases[0].profile == "l4"
     assert groups["sockets"].env == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
     assert groups["world1"].world_size == 1
 
 
 def test_plan_on_eight_gpus_adds_the_l4_profile_at_world_size_eight():
     groups = {g.name: g for g in bench.plan("full", gpus=8)}
-    assert groups["l4"].world_size == 2 and groups["l4-world8"].world_size == 8
+    assert groups["l4-world2"].world_size == 2 and groups["l4-world8"].world_size == 8
     assert groups["l4-world8"].cases[0].memory_cap_gib == 22.0 and groups["main"].world_size == 8
+
+
+def test_l4_suite_sets_the_lever_against_the_profile_on_both_transports():
+    groups = {g.name: g for g in bench.plan("l4", gpus=8)}
+    assert set(groups) == {"l4-world2", "l4-world2-sockets", "l4-world8", "l4-world8-sockets"}
+    default, kept = groups["l4-world8"].cases
+    assert kept.overrides == {"reshard_after_forward": False} and not default.overrides
+    assert groups["l4-world8-sockets"].env == {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
 
 
 def test_plan_on_one_gpu_has_no_scaling_group():

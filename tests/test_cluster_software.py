@@ -233,6 +233,18 @@ def test_ray_job_trains_with_settings_on_the_cluster(template):
     assert options["--storage-path"].startswith("s3://") and "--require-efa" in argv
 
 
+def test_ray_job_runs_the_measured_l4_profile(template):
+    """The whole entrypoint, parsed by the trainer itself, carries the l4 profile's settings."""
+    import shlex
+
+    from training.config import GPU_PROFILES, parse_args
+
+    config = parse_args(shlex.split(manifest_of(template, "RayJob")["spec"]["entrypoint"])[3:])
+    for key, value in GPU_PROFILES["l4"].items():
+        assert getattr(config, key) == value, key
+    assert config.reshard_after_forward is True
+
+
 def test_ray_job_entrypoint_parses_with_the_trainer():
     import shlex
 

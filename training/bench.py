@@ -76,8 +76,20 @@ def plan(suite: str, gpus: int) -> list[Group]:
         Case("example recipe at our shape", recipe="example", overrides=dict(ours)),
         Case("example recipe at our sequence length", recipe="example", overrides={"micro_batch": 1, "seq_len": ours["seq_len"]}),
     ]
+    l4 = Case(f"trainer, l4 profile, memory capped at {L4_MEMORY_CAP_GIB:g} GiB", profile="l4",
+              memory_cap_gib=L4_MEMORY_CAP_GIB)
+    # The L4 profile at world size 2, the least sharding; on a larger machine at all GPUs too.
+    l4_worlds = [2, gpus] if gpus > 2 else [min(gpus, 2)]
     if suite == "smoke":
         return [Group("main", gpus, [default, example[0]], measure_matmul=True)]
+    if suite == "l4":
+        # The L4 profile and its communication lever, on the normal path and on sockets (a slow network).
+        kept = dataclasses.replace(l4, name=f"{l4.name}, weights gathered through accumulation",
+                                   overrides={"reshard_after_forward": False})
+        sockets = [dataclasses.replace(c, name=f"{c.name}, NCCL sockets only") for c in (l4, kept)]
+        return [group for world in l4_worlds for group in (
+            Group(f"l4-world{world}", world, [l4, kept], measure_matmul=world == l4_worlds[0]),
+            Group(f"l4-world{world}-sockets", world, sockets, env=dict(SOCKETS_ENV)))]
     variants = [
         Case("trainer, no torch.compile", overrides={"compile": False}),
         Case("trainer, micro-batch 4", overrides={"micro_batch": 4}),
@@ -86,16 +98,10 @@ def plan(suite: str, gpus: int) -> list[Group]:
         Case("trainer, loss chunk 4096 tokens", overrides={"loss_chunk_tokens": 4096}),
         Case("trainer, activation checkpointing", overrides={"activation_checkpointing": True}),
     ]
-    groups = [Group("main", gpus, [default, *variants, *example], measure_matmul=True)]
     if suite == "variants":
-        return groups
-    groups[0].cases = [default, *example]
-    l4 = Case(f"trainer, l4 profile, memory capped at {L4_MEMORY_CAP_GIB:g} GiB", profile="l4",
-              memory_cap_gib=L4_MEMORY_CAP_GIB)
-    # At world size 2, the least sharding; on a larger machine at all GPUs too.
-    groups.append(Group("l4", min(gpus, 2), [l4]))
-    if gpus > 2:
-        groups.append(Group(f"l4-world{gpus}", gpus, [dataclasses.replace(l4)]))
+        return [Group("main", gpus, [default, *variants, *example], measure_matmul=True)]
+    groups = [Group("main", gpus, [default, *example], measure_matmul=True)]
+    groups += [Group(f"l4-world{world}", world, [l4]) for world in l4_worlds]
     groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
     if gpus > 1:
         groups.append(Group("world1", 1, [Case(f"{default.name}, one GPU")]))
@@ -205,7 +211,8 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state):
 
     def step(i: int):
         lr = lr_at(i, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-        return train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device)[0]
+        return train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
+                          keep_weights_gathered=not cfg.reshard_after_forward)[0]
 
     return model, optimizer, step
 
@@ -321,7 +328,8 @@ def format_table(rows: list[dict]) -> str:
               "| MFU (datasheet) | peak GiB | step ms |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     lines = [header]
     for r in rows:
-        shape = f"{r['settings']['micro_batch']} x {r['settings']['seq_len']}"
+        accum = r["settings"].get("grad_accum", 1)
+        shape = f"{r['settings']['micro_batch']} x {r['settings']['seq_len']}" + (f" x {accum} accum" if accum > 1 else "")
         if r.get("tokens_per_s_per_gpu") is None:
             lines.append(f"| {r['name']} | {r['world_size']} | {shape} | {r.get('error', 'failed')} | | | | "
                          f"{r.get('peak_mem_gib', 0):.1f} | |")
@@ -420,9 +428,10 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--suite", default="full", choices=("full", "variants", "smoke"),
+    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke"),
                         help="full: default profile, example recipe, L4 profile, sockets A/B, one GPU; "
-                             "variants: the levers one at a time; smoke: two quick cases")
+                             "variants: the levers one at a time; l4: the L4 profile's communication "
+                             "lever on NVLink and on sockets; smoke: two quick cases")
     parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")

@@ -18,7 +18,7 @@ GPU_PROFILES: dict[str, dict] = {
     "h200": {"seq_len": 4096, "micro_batch": 8, "activation_checkpointing": False, "compile": True,
              "loss_chunk_tokens": 8192, "reshard_after_forward": False},
     # L4 (g6.12xlarge, 24 GB): recompute each layer, one sequence at a time.
-    "l4": {"seq_len": 2048, "micro_batch": 1, "activation_checkpointing": True, "compile": True,
+    "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": True, "compile": True,
            "loss_chunk_tokens": 2048},
 }
 
@@ -58,7 +58,8 @@ class TrainConfig:
     loss_chunk_tokens: int = 8192
     """Tokens per chunk of the fused head + cross-entropy (its bf16 logits: chunk x vocab x 2 bytes)."""
     reshard_after_forward: bool = True
-    """Free each layer's gathered weights after forward (re-gathered in backward): less memory."""
+    """Free each layer's gathered weights after forward (re-gathered in backward): less memory.
+    Off: they stay gathered through backward and through all of a step's micro-batches."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"

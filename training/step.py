@@ -27,9 +27,13 @@ def lr_at(step: int, peak: float, warmup: int, total: int, min_ratio: float) -> 
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[torch.Tensor],
-               grad_accum: int, grad_clip: float, lr: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+               grad_accum: int, grad_clip: float, lr: float, device: torch.device,
+               keep_weights_gathered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimizer step over grad_accum micro-batches; returns (loss, grad norm) as device tensors.
 
+    keep_weights_gathered (with reshard_after_forward off): the layers' weights stay gathered
+    from the first micro-batch's forward to the last one's backward, so a step all-gathers each
+    layer once instead of twice per micro-batch; what a slow inter-node network needs.
     Nothing here syncs with the host: the caller reads the tensors only on logged steps.
     """
     for group in optimizer.param_groups:
@@ -37,8 +41,11 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     loss_sum = torch.zeros((), device=device)
     for micro in range(grad_accum):
         block = next(batches).to(device, non_blocking=True)
+        last = micro == grad_accum - 1
         # FSDP2 reduce-scatters only after the last micro-batch's backward.
-        model.set_requires_gradient_sync(micro == grad_accum - 1)
+        model.set_requires_gradient_sync(last)
+        if keep_weights_gathered:
+            model.set_reshard_after_backward(last)
         loss = model(block[:, :-1], block[:, 1:]) / grad_accum
         loss.backward()
         loss_sum += loss.detach()

@@ -67,7 +67,8 @@ def train_func(config: dict) -> None:
     while step < cfg.steps:
         maybe_inject_failure(cfg, step + 1, rank, world)
         lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-        loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device)
+        loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
+                                     keep_weights_gathered=not cfg.reshard_after_forward)
         step += 1
         position += cfg.grad_accum
         if step % cfg.log_every == 0 or step == cfg.steps:
