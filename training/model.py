@@ -9,9 +9,9 @@ identical whatever the world size.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-import torch.distributed as dist
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -170,7 +170,7 @@ def load_full_state_from_rank0(model: nn.Module, full_state: dict[str, torch.Ten
     if distributed:
         dist.broadcast_object_list(missing, src=0)
     if missing[0]:
-        raise ValueError(f"the checkpoint lacks {len(missing[0])} of the model's weights, e.g. {missing[0][0]}")
+        raise ValueError(f"rank 0's weights lack {len(missing[0])} of the model's tensors, e.g. {missing[0][0]}")
     with torch.no_grad():
         for name, target in targets.items():
             if rank == 0:
