@@ -211,7 +211,7 @@ def test_a_refused_aws_call_is_a_fail_naming_the_call():
     stub = Stubber(client)
     stub.add_client_error("describe_instance_type_offerings", service_error_code="UnauthorizedOperation")
     stub.activate()
-    check = preflight._guarded("offered in AZ", lambda: preflight.check_offered(client, "g6.12xlarge", "us-east-2a"))
+    [check] = preflight._guarded("offered in AZ", lambda: preflight.check_offered(client, "g6.12xlarge", "us-east-2a"))
     assert check.verdict == FAIL
     assert check.reason == "could not check: DescribeInstanceTypeOfferings failed with UnauthorizedOperation"
 

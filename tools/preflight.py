@@ -188,39 +188,34 @@ def run_checks(session, s: Settings) -> list[Check]:
     ec2 = session.client("ec2", region_name=s.region)
     eks = session.client("eks", region_name=s.region)
     quotas = session.client("service-quotas", region_name=s.region)
-    region = _guarded("region", lambda: check_region(ec2, s.region))
+    [region] = _guarded("region", lambda: check_region(ec2, s.region))
     if region.verdict == FAIL:
         return [region]
     return [
         region,
-        _guarded("kubernetes version", lambda: check_kubernetes_version(eks, s.kubernetes_version)),
-        _guarded("offered in AZ", lambda: check_offered(ec2, s.gpu_instance_type, s.gpu_availability_zone)),
-        _guarded("EFA support", lambda: check_efa(ec2, s.gpu_instance_type)),
-        _guarded("vCPU quota (GPU nodes)", lambda: check_vcpu_quota(
+        *_guarded("kubernetes version", lambda: check_kubernetes_version(eks, s.kubernetes_version)),
+        *_guarded("offered in AZ", lambda: check_offered(ec2, s.gpu_instance_type, s.gpu_availability_zone)),
+        *_guarded("EFA support", lambda: check_efa(ec2, s.gpu_instance_type)),
+        *_guarded("vCPU quota (GPU nodes)", lambda: check_vcpu_quota(
             quotas, ec2, s.gpu_instance_type, s.gpu_node_count, s.region, "GPU nodes")),
-        _guarded("vCPU quota (system nodes)", lambda: check_vcpu_quota(
+        *_guarded("vCPU quota (system nodes)", lambda: check_vcpu_quota(
             quotas, ec2, s.system_instance_type, s.system_node_count, s.region, "system nodes")),
-        *_guarded_list("capacity reservation", lambda: check_capacity_reservation(ec2, s)),
+        *_guarded("capacity reservation", lambda: check_capacity_reservation(ec2, s)),
     ]
 
 
-def _guarded(name: str, check) -> Check:
-    """A check whose AWS call was refused (permissions, throttling) is a FAIL that names the call."""
+def _guarded(name: str, check) -> list[Check]:
+    """Run a check (one Check or a list); an AWS call refused (permissions, throttling) is a FAIL naming it."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        return check()
+        result = check()
     except (ClientError, BotoCoreError) as error:
         code = getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
         operation = getattr(error, "operation_name", "an AWS call")
-        return Check(name, FAIL, f"could not check: {operation} failed with {code}",
-                     "grant the caller read access to EC2, EKS and Service Quotas (e.g. ReadOnlyAccess)")
-
-
-def _guarded_list(name: str, checks) -> list[Check]:
-    result: list = []
-    single = _guarded(name, lambda: result.extend(checks()) or None)
-    return result if single is None else [single]
+        return [Check(name, FAIL, f"could not check: {operation} failed with {code}",
+                      "grant the caller read access to EC2, EKS and Service Quotas (e.g. ReadOnlyAccess)")]
+    return result if isinstance(result, list) else [result]
 
 
 def format_table(checks: list[Check]) -> str:

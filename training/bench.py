@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.config import GPU_PROFILES, TrainConfig, validate
-from training.metrics import mfu
+from training.config import BUILTIN_MODELS, GPU_PROFILES, TrainConfig, validate
+from training.metrics import rates
 
 # The example's recipe: FSDP1, size_based_auto_wrap_policy(min_num_params=1e7), bf16 everywhere.
 EXAMPLE_WRAP_MIN_PARAMS = int(1e7)
@@ -315,11 +315,10 @@ def summarize(result: dict, measured_peak: float | None, datasheet_peak: float |
     """Derived figures of one case: tokens/s, TFLOP/s and MFU per GPU."""
     if "error" in result:
         return {**result, "tokens_per_s_per_gpu": None}
-    tps = result["tokens_per_step_per_gpu"] / result["step_time_s"]
-    flops = result["flops_per_token"]
-    return {**result, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tps * flops / 1e12,
-            "mfu_measured": mfu(tps, flops, measured_peak) if measured_peak else None,
-            "mfu_datasheet": mfu(tps, flops, datasheet_peak) if datasheet_peak else None}
+    timing = (result["tokens_per_step_per_gpu"], result["step_time_s"], result["flops_per_token"])
+    tps, tflops, mfu_measured = rates(*timing, measured_peak)
+    return {**result, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
+            "mfu_measured": mfu_measured, "mfu_datasheet": rates(*timing, datasheet_peak)[2]}
 
 
 def format_table(rows: list[dict]) -> str:
@@ -463,8 +462,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_args(args) -> str | None:
     """Fill in --gpus and refuse what cannot run, as one line naming the option."""
-    if args.model not in ("qwen2.5-1.5b", "tiny"):
-        return f"--model: {args.model!r} is not a built-in config (qwen2.5-1.5b, tiny)"
+    if args.model not in BUILTIN_MODELS:
+        return f"--model: {args.model!r} is not a built-in config ({', '.join(BUILTIN_MODELS)})"
     if args.warmup < 1 or args.steps < 1:
         return f"--warmup/--steps: {args.warmup}/{args.steps} must both be at least 1"
     if args.cpu:

@@ -65,6 +65,13 @@ def mfu(tokens_per_s_per_gpu: float, flops_per_tok: float, peak_tflops: float) -
     return tokens_per_s_per_gpu * flops_per_tok / (peak_tflops * 1e12)
 
 
+def rates(tokens_per_step_per_gpu: int, step_time_s: float, flops_per_tok: float,
+          peak_tflops: float | None) -> tuple[float, float, float | None]:
+    """(tokens/s per GPU, TFLOP/s per GPU, MFU or None without a peak) of one step's timing."""
+    tps = tokens_per_step_per_gpu / step_time_s
+    return tps, tps * flops_per_tok / 1e12, mfu(tps, flops_per_tok, peak_tflops) if peak_tflops else None
+
+
 def peak_memory_gib(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
@@ -121,11 +128,10 @@ class Throughput:
         elapsed = max(now - self.last_time, 1e-9)
         step_time = elapsed / max(step - self.last_step, 1)
         self.last_time, self.last_step = now, step
-        tps = self.tokens_per_step / step_time
-        tflops = tps * self.flops_per_tok / 1e12
+        tps, tflops, utilisation = rates(self.tokens_per_step, step_time, self.flops_per_tok, self.peak_tflops)
         return StepStats(
             step=step, steps=steps, loss=loss, lr=lr, grad_norm=grad_norm,
             tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
-            mfu=mfu(tps, self.flops_per_tok, self.peak_tflops) if self.peak_tflops else None,
+            mfu=utilisation,
             peak_mem_gib=peak_mem, step_time_s=step_time, eta_s=step_time * (steps - step),
         )
