@@ -42,11 +42,10 @@ diff: $(VENV)/.synth-deps node_modules/.installed
 preflight: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.preflight $(CDK_ARGS)
 
-# Preflight, deploy, then follow the GPU nodes and the RayJob to a verified result.
+# Preflight, deploy (you get cluster access unless admin_principal_arn is set), then follow the
+# GPU nodes and the RayJob to a verified result and what still bills.
 deploy: $(VENV)/.synth-deps node_modules/.installed
-	$(PY) -m tools.preflight $(CDK_ARGS)
-	$(CDK) deploy --require-approval broadening $(CDK_ARGS)
-	$(PY) -m tools.watch $(CDK_ARGS)
+	$(PY) -m tools.deploy --cdk $(CDK) $(CDK_ARGS)
 
 # Follow a stack already deployed: GPU nodes, then the RayJob to its end.
 watch: $(VENV)/.synth-deps node_modules/.installed

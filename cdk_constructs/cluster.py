@@ -5,10 +5,11 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from aws_cdk import Annotations
+from aws_cdk import Annotations, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 # Kubernetes minor -> (module, class) of the kubectl Lambda layer built for it.
@@ -26,13 +27,16 @@ CONTROL_PLANE_LOGS = (
 @dataclass(frozen=True)
 class EksClusterProps:
     vpc: ec2.IVpc
+    cluster_name: str
+    """Known at synth, so that the control-plane log group can exist (with its retention) before EKS writes to it."""
     kubernetes_version: str = "1.36"
-    kubectl_layer_version: str | None = None
-    """Kubernetes minor of the kubectl layer; defaults to kubernetes_version and must equal it."""
     endpoint_access: str = "public_and_private"
     endpoint_public_cidrs: tuple[str, ...] = ()
     admin_principal_arn: str | None = None
-    cluster_name: str | None = None
+    """An IAM role or user ARN (see stacks.settings.access_entry_principal)."""
+    admin_principal_note: str | None = None
+    """Shown as a synth warning, e.g. that an STS session ARN was converted to its role's."""
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -44,6 +48,8 @@ def endpoint_access(mode: str, public_cidrs: tuple[str, ...]) -> eks.EndpointAcc
 
 
 def kubectl_layer(scope: Construct, version: str):
+    """The kubectl layer built for this Kubernetes minor: nothing else checks that they match
+    before kubectl fails at deploy (aws-cdk issue 24580)."""
     if version not in KUBECTL_LAYERS:
         raise ValueError(f"kubectl layer: no layer for Kubernetes {version}; have {', '.join(KUBECTL_LAYERS)}")
     module, name = KUBECTL_LAYERS[version]
@@ -55,12 +61,12 @@ class EksCluster(Construct):
 
     def __init__(self, scope: Construct, id: str, props: EksClusterProps) -> None:
         super().__init__(scope, id)
-        layer_version = props.kubectl_layer_version or props.kubernetes_version
-        if layer_version != props.kubernetes_version:
-            # aws-cdk issue 24580: nothing else catches this before kubectl fails at deploy.
-            raise ValueError(
-                f"kubectl layer {layer_version} does not match cluster version {props.kubernetes_version}"
-            )
+        # EKS writes control-plane logs to this group by name; made first, it carries a retention and
+        # goes with the stack instead of growing forever.
+        self.control_plane_logs = logs.LogGroup(
+            self, "ControlPlaneLogs", log_group_name=f"/aws/eks/{props.cluster_name}/cluster",
+            retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY,
+        )
         self.secrets_key = kms.Key(
             self, "SecretsKey", enable_key_rotation=True,
             description="Envelope encryption of Kubernetes secrets",
@@ -78,16 +84,19 @@ class EksCluster(Construct):
             secrets_encryption_key=self.secrets_key,
             cluster_logging=list(CONTROL_PLANE_LOGS),
             kubectl_provider_options=eks.KubectlProviderOptions(
-                kubectl_layer=kubectl_layer(self, layer_version),
+                kubectl_layer=kubectl_layer(self, props.kubernetes_version),
             ),
             tags=props.tags or None,
         )
+        self.cluster.node.add_dependency(self.control_plane_logs)
         if props.endpoint_access != "private" and "0.0.0.0/0" in props.endpoint_public_cidrs:
             Annotations.of(self).add_warning_v2(
                 "eks-fsdp-efa:open-endpoint",
                 "The EKS API endpoint is reachable from 0.0.0.0/0 (authenticated by IAM); "
                 "set endpoint_public_cidrs to your own ranges.",
             )
+        if props.admin_principal_note:
+            Annotations.of(self).add_warning_v2("eks-fsdp-efa:admin-principal", props.admin_principal_note)
         if props.admin_principal_arn:
             eks.AccessEntry(
                 self,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from aws_cdk import aws_eks_v2 as eks
-from constructs import Construct
+from constructs import Construct, IDependable
 
 from cdk_constructs.node_groups import GPU_NODE_LABELS, GPU_TAINT
 
@@ -49,6 +50,8 @@ class DevicePluginsProps:
     cluster: eks.ICluster
     gpu_instance_type: str
     gpu_taint: bool = True
+    requires: Sequence[IDependable] = ()
+    """The GPU node group: the charts' DaemonSets have nowhere to run before it."""
 
 
 class DevicePlugins(Construct):
@@ -64,3 +67,5 @@ class DevicePlugins(Construct):
             version=EFA_VERSION, release="aws-efa-k8s-device-plugin", namespace="kube-system",
             values=efa_values(props.gpu_instance_type, props.gpu_taint),
         )
+        if props.requires:
+            self.node.add_dependency(*props.requires)

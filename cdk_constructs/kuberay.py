@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
-from constructs import Construct
+from constructs import Construct, IDependable
 
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
 
@@ -24,6 +25,8 @@ def kuberay_values() -> dict:
 @dataclass(frozen=True)
 class KubeRayOperatorProps:
     cluster: eks.ICluster
+    requires: Sequence[IDependable] = ()
+    """The system node group, where the operator runs (wait=True would otherwise time out)."""
 
 
 class KubeRayOperator(Construct):
@@ -35,3 +38,5 @@ class KubeRayOperator(Construct):
             version=KUBERAY_VERSION, release="kuberay-operator", namespace=KUBERAY_NAMESPACE,
             create_namespace=True, wait=True, timeout=Duration.minutes(10), values=kuberay_values(),
         )
+        if props.requires:
+            self.node.add_dependency(*props.requires)

@@ -60,7 +60,8 @@ class SystemNodeGroupProps:
     cluster: eks.Cluster
     instance_type: str = "m7i.xlarge"
     node_count: int = 1
-    disk_gib: int = 50
+    disk_gib: int = 80
+    """The Ray head runs here from the multi-GiB training image (the reference used 80 GiB)."""
 
 
 class SystemNodeGroup(Construct):

@@ -1,8 +1,18 @@
-"""Kubernetes manifests of the training workload, built by pure functions (tested against KubeRay's CRDs)."""
+"""Kubernetes manifests of the training workload, built by pure functions.
+
+Names come from content. KubeRay keeps a RayCluster's running pods when its pod template changes
+(unless upgradeStrategy is Recreate) and ignores a new spec applied to a finished clusterSelector
+RayJob, so a change must arrive as new objects: the RayCluster is named after a digest of its
+spec and of the trainer files it mounts, the run after the trainer settings and the trainer's
+content, and the RayJob after both. The same settings give the same names (a second deploy
+changes nothing and trains nothing); any change gives new ones.
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,25 +20,54 @@ from pathlib import Path
 from cdk_constructs.device_plugins import GPU_NODE_SELECTOR, gpu_tolerations
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
 
+TRAINER_PACKAGE = "training"
+TRAINER_ENTRY = "train.py"
 TRAINER_MOUNT = "/opt/trainer"
 MODEL_CACHE_MOUNT = "/mnt/model-cache"
 CONFIGMAP_LIMIT_BYTES = 1024 * 1024
+DIGEST_CHARS = 10
 
 
-def trainer_files(package_dir: Path) -> dict[str, str]:
-    """Every .py file of the trainer package, by its path relative to the package's parent."""
-    return {
-        str(path.relative_to(package_dir.parent)): path.read_text()
-        for path in sorted(package_dir.rglob("*.py"))
-        if "__pycache__" not in path.parts
-    }
+def digest(value: object) -> str:
+    """A short, stable content digest of JSON-serialisable data."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def _imported_trainer_modules(source: str) -> set[str]:
+    """Names of the trainer package's modules that a module imports (any scope)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            head, _, rest = node.module.partition(".")
+            if head == TRAINER_PACKAGE:
+                found |= {rest.split(".")[0]} if rest else {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(TRAINER_PACKAGE + ".")}
+    return found
+
+
+def trainer_files(package_dir: Path, entry: str = TRAINER_ENTRY) -> dict[str, str]:
+    """The trainer as it runs in the pods: the entry module and every package module it imports,
+    by path relative to the package's parent. Tools beside it (the GPU benchmark) stay out, so
+    editing them rolls no RayCluster."""
+    wanted, files = [Path(entry).stem], {}
+    while wanted:
+        module = wanted.pop()
+        path = package_dir / f"{module}.py"
+        key = str(path.relative_to(package_dir.parent))
+        if key in files or not path.is_file():
+            continue
+        files[key] = path.read_text()
+        wanted += sorted(_imported_trainer_modules(files[key]))
+    init = package_dir / "__init__.py"
+    if init.is_file():
+        files[str(init.relative_to(package_dir.parent))] = init.read_text()
+    return dict(sorted(files.items()))
 
 
 def content_hash(files: dict[str, str]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(files):
-        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    return digest.hexdigest()[:10]
+    return digest(files)
 
 
 def configmap_key(path: str) -> str:
@@ -54,13 +93,11 @@ def namespace_manifest(name: str) -> dict:
 
 @dataclass(frozen=True)
 class RayClusterSpec:
-    name: str
+    name_prefix: str
     namespace: str
     image: str
     service_account: str
-    configmap_name: str
-    trainer_paths: tuple[str, ...]
-    trainer_hash: str
+    trainer_files: dict[str, str]
     worker_replicas: int
     gpus_per_worker: int
     efa_per_worker: int
@@ -71,7 +108,17 @@ class RayClusterSpec:
     model_cache_gib: int = 100
     head_cpu: int = 2
     head_memory_gib: int = 8
+    head_shm_gib: int = 3
+    """The head's object store lives in /dev/shm (about 30% of its memory by Ray's default)."""
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def trainer_hash(self) -> str:
+        return content_hash(self.trainer_files)
+
+    @property
+    def configmap_name(self) -> str:
+        return f"trainer-{self.trainer_hash}"  # a changed trainer is a new ConfigMap
 
 
 def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
@@ -83,24 +130,26 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
     if worker:
         # NCCL through aws-ofi-nccl on the EFA provider; eth0 for bootstrap (not a pod-identity link).
         env |= {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+    else:
+        # The head runs on a CPU node; the image's NVIDIA runtime hook fails there unless told there is no GPU.
+        env["NVIDIA_VISIBLE_DEVICES"] = "void"
     env |= spec.extra_env
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
 def _volumes(spec: RayClusterSpec, worker: bool) -> tuple[list[dict], list[dict]]:
-    volumes = [{
-        "name": "trainer",
-        "configMap": {"name": spec.configmap_name,
-                      "items": [{"key": configmap_key(p), "path": p} for p in spec.trainer_paths]},
-    }]
-    mounts = [{"name": "trainer", "mountPath": TRAINER_MOUNT, "readOnly": True}]
+    volumes = [
+        {"name": "trainer",
+         "configMap": {"name": spec.configmap_name,
+                       "items": [{"key": configmap_key(p), "path": p} for p in spec.trainer_files]}},
+        # Ray's object store is shared memory; the container runtime's default /dev/shm is 64 MiB.
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib if worker else spec.head_shm_gib}Gi"}},
+    ]
+    mounts = [{"name": "trainer", "mountPath": TRAINER_MOUNT, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}]
     if worker:
-        volumes += [
-            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib}Gi"}},
-            # One download of the weights per pod, shared by its GPU workers.
-            {"name": "model-cache", "emptyDir": {"sizeLimit": f"{spec.model_cache_gib}Gi"}},
-        ]
-        mounts += [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}]
+        # One download of the weights per pod, shared by its GPU workers.
+        volumes.append({"name": "model-cache", "emptyDir": {"sizeLimit": f"{spec.model_cache_gib}Gi"}})
+        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT})
     return volumes, mounts
 
 
@@ -124,68 +173,101 @@ def worker_resources(spec: RayClusterSpec) -> dict[str, str]:
 
 
 def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
+    """The RayCluster, named `<prefix>-<digest of everything else in it and of the trainer files>`."""
     head_volumes, _ = _volumes(spec, worker=False)
     worker_volumes, _ = _volumes(spec, worker=True)
     annotations = {"eks-fsdp-efa/trainer-hash": spec.trainer_hash}
-    return {
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": {"name": spec.name, "namespace": spec.namespace},
-        "spec": {
-            "headGroupSpec": {
-                "serviceType": "ClusterIP",  # never exposed outside the cluster; use port-forward
-                "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
-                "template": {
-                    "metadata": {"annotations": annotations},
-                    "spec": {
-                        "serviceAccountName": spec.service_account,
-                        "nodeSelector": dict(SYSTEM_NODE_LABELS),
-                        "containers": [_container(spec, "ray-head", {"cpu": str(spec.head_cpu), "memory": f"{spec.head_memory_gib}Gi"}, worker=False)],
-                        "volumes": head_volumes,
-                    },
+    body = {
+        "headGroupSpec": {
+            "serviceType": "ClusterIP",  # never exposed outside the cluster; use port-forward
+            "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "serviceAccountName": spec.service_account,
+                    "nodeSelector": dict(SYSTEM_NODE_LABELS),
+                    "containers": [_container(spec, "ray-head", {"cpu": str(spec.head_cpu), "memory": f"{spec.head_memory_gib}Gi"}, worker=False)],
+                    "volumes": head_volumes,
                 },
             },
-            "workerGroupSpecs": [{
-                "groupName": "gpu",
-                "replicas": spec.worker_replicas, "minReplicas": spec.worker_replicas, "maxReplicas": spec.worker_replicas,
-                # Ray's GPU count comes from the same value as the pod's GPU request.
-                "rayStartParams": {"num-gpus": str(spec.gpus_per_worker)},
-                "template": {
-                    "metadata": {"annotations": annotations},
-                    "spec": {
-                        "serviceAccountName": spec.service_account,
-                        "nodeSelector": dict(GPU_NODE_SELECTOR),
-                        "tolerations": gpu_tolerations(spec.gpu_taint),
-                        "containers": [_container(spec, "ray-worker", worker_resources(spec), worker=True)],
-                        "volumes": worker_volumes,
-                    },
-                },
-            }],
         },
+        "workerGroupSpecs": [{
+            "groupName": "gpu",
+            "replicas": spec.worker_replicas, "minReplicas": spec.worker_replicas, "maxReplicas": spec.worker_replicas,
+            # Ray's GPU count comes from the same value as the pod's GPU request.
+            "rayStartParams": {"num-gpus": str(spec.gpus_per_worker)},
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "serviceAccountName": spec.service_account,
+                    "nodeSelector": dict(GPU_NODE_SELECTOR),
+                    "tolerations": gpu_tolerations(spec.gpu_taint),
+                    "containers": [_container(spec, "ray-worker", worker_resources(spec), worker=True)],
+                    "volumes": worker_volumes,
+                },
+            },
+        }],
     }
+    name = f"{spec.name_prefix}-{digest(body)}"  # the body names the ConfigMap, whose name is the trainer's digest
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": spec.namespace}, "spec": body}
 
 
 def train_entrypoint(args: dict[str, object]) -> str:
-    """`python -m training.train` with one --flag per setting (booleans as --flag / --no-flag)."""
+    """`python -m training.train` with one --flag=value per option (booleans as --flag / --no-flag);
+    the = form keeps a value that starts with '-' from being read as an option."""
     parts = ["python", "-m", "training.train"]
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             parts.append(flag if value else "--no-" + key.replace("_", "-"))
         elif value is not None:
-            parts += [flag, str(value)]
+            parts.append(f"{flag}={value}")
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def ray_job_manifest(name: str, namespace: str, cluster_name: str, entrypoint: str,
-                     active_deadline_seconds: int, backoff_limit: int) -> dict:
+@dataclass(frozen=True)
+class RayJobSpec:
+    namespace: str
+    cluster_name: str
+    trainer_options: dict
+    """The trainer's options from the settings, plus the world size (workers)."""
+    trainer_hash: str
+    storage_path: str
+    """Where runs go; may hold a deploy-time token (the bucket name), so it is not part of any name."""
+    cache_dir: str = MODEL_CACHE_MOUNT
+    active_deadline_seconds: int = 4 * 3600
+    submitter_backoff_limit: int = 2
+
+    @property
+    def run_name(self) -> str:
+        """What the run is: its options and the trainer's code. A rerun under it resumes its checkpoints."""
+        return f"ft-{digest([self.trainer_options, self.trainer_hash])}"
+
+    @property
+    def name(self) -> str:
+        """The run on this cluster: a new cluster (image, pods, trainer) is a new RayJob of the same run."""
+        return f"{self.run_name}-{self.cluster_name.rsplit('-', 1)[-1][:6]}"
+
+    @property
+    def entrypoint(self) -> str:
+        return train_entrypoint({**self.trainer_options, "storage_path": self.storage_path,
+                                 "run_name": self.run_name, "cache_dir": self.cache_dir})
+
+
+def ray_job_manifest(spec: RayJobSpec) -> dict:
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": spec.name, "namespace": spec.namespace,
+                     "labels": {"eks-fsdp-efa/run": spec.run_name},
+                     "annotations": {"eks-fsdp-efa/trainer-hash": spec.trainer_hash}},
         "spec": {
-            "entrypoint": entrypoint,
-            "clusterSelector": {"ray.io/cluster": cluster_name},
+            "entrypoint": spec.entrypoint,
+            "clusterSelector": {"ray.io/cluster": spec.cluster_name},
             "submissionMode": "K8sJobMode",
-            "activeDeadlineSeconds": active_deadline_seconds,
-            "backoffLimit": backoff_limit,
+            "activeDeadlineSeconds": spec.active_deadline_seconds,
+            # spec.backoffLimit is refused with clusterSelector (validation.go ValidateRayJobSpec);
+            # the submitter Job's retries are what KubeRay honours here (createNewK8sJob).
+            "submitterConfig": {"backoffLimit": spec.submitter_backoff_limit},
         },
     }

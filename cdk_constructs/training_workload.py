@@ -1,21 +1,35 @@
-"""Namespace, trainer ConfigMap, checkpoint bucket with pod access, RayCluster and the RayJob."""
+"""Namespace, checkpoint bucket with pod access, the trainer with its RayCluster, and the RayJob.
+
+How a second deploy behaves follows from two facts. aws-cdk-lib's kubectl handler applies an
+updated manifest with `kubectl apply --prune`, and kubectl prunes only its built-in kinds (a
+ConfigMap, not a RayCluster or a RayJob); KubeRay keeps a RayCluster's running pods when its pod
+template changes and ignores a new spec on a finished clusterSelector RayJob. So the trainer's
+ConfigMap and the RayCluster that mounts it are one manifest resource whose construct id carries
+the cluster's digest, and the RayJob one whose id carries its name: any change to them is a new
+CloudFormation resource. CloudFormation creates the new objects, then deletes the old ones in its
+cleanup phase (the old RayJob first, whose finalizer stops its Ray job, then the old RayCluster
+with its ConfigMap), so running pods never lose the trainer files they mount. The new workers
+schedule once the old ones have freed the GPU nodes, and KubeRay submits the new job only when the
+new RayCluster is ready.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from constructs import Construct
-
 from cdk_nag import NagPackSuppression, NagSuppressions
+from constructs import Construct, IDependable
 
+from cdk_constructs import kuberay_rules
 from cdk_constructs import ray_manifests as rm
 
-TRAINER_PACKAGE = Path(__file__).resolve().parent.parent / "training"
+TRAINER_PACKAGE = Path(__file__).resolve().parent.parent / rm.TRAINER_PACKAGE
 
 
 def grant_checkpoint_access(bucket: s3.IBucket, role: iam.IRole) -> None:
@@ -33,6 +47,17 @@ def grant_checkpoint_access(bucket: s3.IBucket, role: iam.IRole) -> None:
     )], apply_to_children=True)
 
 
+def checkpoint_lifecycle_rules(noncurrent_days: int) -> list[s3.LifecycleRule]:
+    """A versioned bucket keeps every overwritten or deleted checkpoint (about 18.5 GB each) until
+    told otherwise: old versions expire after some days, and abandoned multipart uploads after one."""
+    return [s3.LifecycleRule(
+        id="expire-old-checkpoint-versions",
+        noncurrent_version_expiration=Duration.days(noncurrent_days),
+        abort_incomplete_multipart_upload_after=Duration.days(1),
+        expired_object_delete_marker=True,
+    )]
+
+
 @dataclass(frozen=True)
 class TrainingWorkloadProps:
     cluster: eks.Cluster
@@ -42,15 +67,21 @@ class TrainingWorkloadProps:
     efa_per_worker: int
     cpu_per_worker: int
     memory_gib_per_worker: int
-    train_args: dict
-    """Settings of `python -m training.train` (storage path and workers are added here)."""
+    trainer_options: dict
+    """The trainer's options (stacks.settings.trainer_options); storage path, run name and cache are added here."""
+    requires: Sequence[IDependable] = ()
+    """What must run before the RayCluster: device plugins (GPU and EFA resources) and KubeRay (CRDs)."""
     gpu_taint: bool = True
     namespace: str = "training"
-    cluster_name: str = "fsdp"
-    job_name: str = "fsdp-finetune"
+    ray_cluster_prefix: str = "fsdp"
     active_deadline_seconds: int = 4 * 3600
-    backoff_limit: int = 1
+    submitter_backoff_limit: int = 2
     bucket_auto_delete: bool = False
+    noncurrent_checkpoint_days: int = 7
+    kuberay_feature_gates: dict[str, bool] = field(default_factory=dict)
+    """Gates the operator runs with beyond its defaults (our chart values set none)."""
+    trainer_package: Path | None = None
+    """The trainer package to ship (default: this repository's training/)."""
 
 
 class TrainingWorkload(Construct):
@@ -60,18 +91,58 @@ class TrainingWorkload(Construct):
         self.props = props
         self.namespace = eks.KubernetesManifest(
             self, "Namespace", cluster=cluster, manifest=[rm.namespace_manifest(props.namespace)])
+        self._add_bucket(props)
+        self.service_account = eks.ServiceAccount(
+            self, "RayServiceAccount", cluster=cluster, name="ray", namespace=props.namespace,
+            # EKS Pod Identity: the agent serves credentials at AWS_CONTAINER_CREDENTIALS_FULL_URI,
+            # which boto3 and pyarrow's S3 filesystem (AWS SDK for C++, Ray Train storage) both read.
+            identity_type=eks.IdentityType.POD_IDENTITY,
+        )
+        self.service_account.node.add_dependency(self.namespace)
+        grant_checkpoint_access(self.bucket, self.service_account.role)
 
-        files = rm.trainer_files(TRAINER_PACKAGE)
-        trainer_hash = rm.content_hash(files)
-        configmap_name = f"trainer-{trainer_hash}"  # a changed trainer is a new ConfigMap
-        self.configmap = eks.KubernetesManifest(
-            self, "Trainer", cluster=cluster, manifest=[rm.trainer_configmap(configmap_name, props.namespace, files)])
-        self.configmap.node.add_dependency(self.namespace)
+        files = rm.trainer_files(props.trainer_package or TRAINER_PACKAGE)
+        cluster_spec = rm.RayClusterSpec(
+            name_prefix=props.ray_cluster_prefix, namespace=props.namespace, image=props.image,
+            service_account=self.service_account.service_account_name, trainer_files=files,
+            worker_replicas=props.worker_replicas, gpus_per_worker=props.gpus_per_worker,
+            efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
+            memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
+        )
+        self.ray_cluster_manifest = rm.ray_cluster_manifest(cluster_spec)
+        self.ray_cluster_name = self.ray_cluster_manifest["metadata"]["name"]
+        self.configmap_manifest = rm.trainer_configmap(cluster_spec.configmap_name, props.namespace, files)
+        self.job_spec = rm.RayJobSpec(
+            namespace=props.namespace, cluster_name=self.ray_cluster_name, trainer_options=dict(props.trainer_options),
+            trainer_hash=cluster_spec.trainer_hash, storage_path=f"s3://{self.bucket.bucket_name}/runs",
+            active_deadline_seconds=props.active_deadline_seconds, submitter_backoff_limit=props.submitter_backoff_limit,
+        )
+        self.ray_job_manifest = rm.ray_job_manifest(self.job_spec)
+        self._check_with_kuberay(props)
 
+        # One resource for the trainer and the cluster that mounts it; its id changes with them.
+        self.ray_cluster = eks.KubernetesManifest(
+            self, f"RayCluster-{self.ray_cluster_name}", cluster=cluster,
+            manifest=[self.configmap_manifest, self.ray_cluster_manifest])
+        self.ray_cluster.node.add_dependency(self.namespace, self.service_account, *props.requires)
+        self.ray_job = eks.KubernetesManifest(
+            self, f"RayJob-{self.job_spec.name}", cluster=cluster, manifest=[self.ray_job_manifest])
+        self.ray_job.node.add_dependency(self.ray_cluster)
+
+    @property
+    def run_name(self) -> str:
+        return self.job_spec.run_name
+
+    @property
+    def job_name(self) -> str:
+        return self.job_spec.name
+
+    def _add_bucket(self, props: TrainingWorkloadProps) -> None:
         self.bucket = s3.Bucket(
             self, "Checkpoints",
             encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True, versioned=True,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            lifecycle_rules=checkpoint_lifecycle_rules(props.noncurrent_checkpoint_days),
             removal_policy=RemovalPolicy.DESTROY if props.bucket_auto_delete else RemovalPolicy.RETAIN,
             auto_delete_objects=props.bucket_auto_delete,
         )
@@ -79,32 +150,10 @@ class TrainingWorkload(Construct):
             id="AwsSolutions-S1",
             reason="Checkpoint bucket written only by the training pods' role; audit with CloudTrail data events "
             "rather than a second, unencrypted-by-default access-log bucket.")])
-        # EKS Pod Identity: the agent serves credentials at AWS_CONTAINER_CREDENTIALS_FULL_URI,
-        # which boto3 and pyarrow's S3 filesystem (AWS SDK for C++, Ray Train storage) both read.
-        self.service_account = eks.ServiceAccount(
-            self, "RayServiceAccount", cluster=cluster, name="ray", namespace=props.namespace,
-            identity_type=eks.IdentityType.POD_IDENTITY,
-        )
-        self.service_account.node.add_dependency(self.namespace)
-        grant_checkpoint_access(self.bucket, self.service_account.role)
 
-        spec = rm.RayClusterSpec(
-            name=props.cluster_name, namespace=props.namespace, image=props.image,
-            service_account=self.service_account.service_account_name,
-            configmap_name=configmap_name, trainer_paths=tuple(files), trainer_hash=trainer_hash,
-            worker_replicas=props.worker_replicas, gpus_per_worker=props.gpus_per_worker,
-            efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
-            memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
-        )
-        self.ray_cluster = eks.KubernetesManifest(
-            self, "RayCluster", cluster=cluster, manifest=[rm.ray_cluster_manifest(spec)])
-        self.ray_cluster.node.add_dependency(self.configmap, self.service_account)
-
-        storage_path = f"s3://{self.bucket.bucket_name}/runs"
-        args = {**props.train_args, "workers": props.worker_replicas * props.gpus_per_worker,
-                "storage_path": storage_path, "run_name": props.job_name}
-        self.ray_job = eks.KubernetesManifest(
-            self, "RayJob", cluster=cluster,
-            manifest=[rm.ray_job_manifest(props.job_name, props.namespace, props.cluster_name,
-                                          rm.train_entrypoint(args), props.active_deadline_seconds, props.backoff_limit)])
-        self.ray_job.node.add_dependency(self.ray_cluster)
+    def _check_with_kuberay(self, props: TrainingWorkloadProps) -> None:
+        """Refuse at synth what KubeRay's controller would refuse after `cdk deploy` reported success.
+        Settings cannot cause this (they are validated first), so a violation here is a bug of ours."""
+        found = kuberay_rules.violations([self.ray_cluster_manifest, self.ray_job_manifest], props.kuberay_feature_gates)
+        if found:
+            raise ValueError("; ".join(v.line() for v in found))

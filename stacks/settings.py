@@ -2,7 +2,9 @@
 
 Every field is a context key of the same name. `-c` values arrive as strings and are parsed
 to the field's type; cdk.json values arrive as JSON. Every refusal is a SettingsError whose
-message is one line naming the key and what is allowed.
+message is one line naming the key and what is allowed. Training settings that are trainer
+options say so in their field metadata: `trainer_options` turns them into the RayJob's options,
+and validation runs the trainer's own checks on them (one source of truth for what it accepts).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import dataclasses
 import ipaddress
 import json
 import re
+import shlex
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdk_constructs.cluster import KUBECTL_LAYERS
 from cdk_constructs.instance_types import INSTANCE_TYPES
+from cdk_constructs.log_groups import RETENTION_DAYS
 from training.config import GPU_PROFILES
 
 # The cluster trains on L4s (g6.12xlarge) by default: the trainer's l4 profile, measured to fit.
@@ -31,53 +35,66 @@ EKS_RETIRED_VERSIONS = {
 
 ENDPOINT_ACCESS_MODES = ("public", "private", "public_and_private")
 PLACEMENT_GROUP_MODES = ("auto", "on", "off")
-DATA_SOURCE_PREFIXES = ("s3://", "file://", "/")
+# AWS tag rules (Tagging AWS resources, "Tag naming limits and requirements").
+MAX_TAGS = 50
+_TAG_SYMBOLS = set(" _.:/=+-@")
+# Ranges AWS refuses for a VPC: this-network, loopback, link-local, multicast and reserved.
+_FORBIDDEN_VPC_RANGES = tuple(ipaddress.IPv4Network(c) for c in
+                              ("0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"))
+MAX_AVAILABILITY_ZONES = 6
 
 
 class SettingsError(ValueError):
     """A setting that cannot be used; the message is one line for the user."""
 
 
+def _trainer(option: str | None = None) -> dict:
+    """Field metadata: this setting is the trainer's --option of the same name, or of `option`."""
+    return {"trainer_option": option}
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     """What the RayJob that `cdk deploy` starts will train."""
 
-    model: str = "Qwen/Qwen2.5-1.5B"
+    model: str = field(default="Qwen/Qwen2.5-1.5B", metadata=_trainer())
     """Hub id, local or s3:// path, or a built-in config (qwen2.5-1.5b, tiny) with random init."""
-    steps: int = 200
+    steps: int = field(default=200, metadata=_trainer())
     """Optimizer steps."""
-    seq_len: int = _L4["seq_len"]
+    seq_len: int = field(default=_L4["seq_len"], metadata=_trainer())
     """Tokens per sequence."""
-    micro_batch: int = _L4["micro_batch"]
+    micro_batch: int = field(default=_L4["micro_batch"], metadata=_trainer())
     """Sequences per GPU per forward pass (1 x 2048 fits an L4 with activation checkpointing)."""
-    grad_accum: int = _L4["grad_accum"]
+    grad_accum: int = field(default=_L4["grad_accum"], metadata=_trainer())
     """Micro-batches per optimizer step."""
-    learning_rate: float = 2e-5
+    learning_rate: float = field(default=2e-5, metadata=_trainer("lr"))
     """Peak learning rate after warmup."""
-    data: str = "random"
+    data: str = field(default="random", metadata=_trainer())
     """random (token ids: throughput and transport), pattern, or JSONL/Parquet at s3://... or a pod path."""
-    activation_checkpointing: bool = _L4["activation_checkpointing"]
+    activation_checkpointing: bool = field(default=_L4["activation_checkpointing"], metadata=_trainer())
     """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
-    compile: bool = _L4["compile"]
+    compile: bool = field(default=_L4["compile"], metadata=_trainer())
     """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
-    reshard_after_forward: bool = True
+    reshard_after_forward: bool = field(default=True, metadata=_trainer())
     """False keeps each layer's weights gathered through a step's micro-batches: one all-gather per
     step instead of two per micro-batch over EFA, for about 9 GB more per GPU (fits L4s at 8 workers;
     ran out of memory at 2 under a 22 GiB cap; docs/benchmarks.md)."""
-    loss_chunk_tokens: int = _L4["loss_chunk_tokens"]
+    loss_chunk_tokens: int = field(default=_L4["loss_chunk_tokens"], metadata=_trainer())
     """Tokens per chunk of the fused LM head + loss; its bf16 logits take chunk x vocab x 2 bytes."""
-    checkpoint_every: int = 50
-    """Steps between sharded checkpoints in the bucket."""
-    max_failures: int = 3
-    """Worker-group restarts Ray Train may make from the last checkpoint."""
-    require_efa: bool = True
-    """Fail the job in its first minute when inter-node NCCL traffic is not on EFA."""
+    checkpoint_every: int = field(default=50, metadata=_trainer())
+    """Steps between sharded checkpoints in the bucket (0: only at the end)."""
+    max_failures: int = field(default=3, metadata=_trainer())
+    """Worker-group restarts Ray Train may make from the last checkpoint (the retries of training)."""
+    require_efa: bool = field(default=True, metadata=_trainer())
+    """Fail the job in its first minute when inter-node NCCL traffic is not on EFA, or cannot be verified."""
     image: str = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
     """Container image of the Ray head and workers (Ray 2.58, PyTorch 2.13, EFA, aws-ofi-nccl)."""
     active_deadline_seconds: int = 4 * 3600
-    """The RayJob fails after this long, so a hung job stops billing."""
-    backoff_limit: int = 1
-    """RayJob submission retries."""
+    """KubeRay marks the RayJob Failed after this long. It stops nothing: the pods and the GPU
+    nodes keep running and billing until `make destroy` (rayjob_controller.go)."""
+    backoff_limit: int = 2
+    """Retries of the submitter pod that runs `ray job submit` (the RayJob's submitterConfig.backoffLimit;
+    its spec.backoffLimit is refused with a clusterSelector). Training retries are max_failures."""
     checkpoint_bucket_auto_delete: bool = False
     """Delete the checkpoint bucket and its objects on `cdk destroy` (default: retain it)."""
 
@@ -87,17 +104,17 @@ class Settings:
     """Everything the app builds is decided here; defaults reproduce the reference deployment."""
 
     stack_name: str = "EksFsdpEfa"
-    """CloudFormation stack name."""
+    """CloudFormation stack name; also the EKS cluster's name."""
     account: str | None = None
     """12-digit AWS account id; None deploys to the account of the caller's credentials."""
     region: str = "us-east-2"
     """AWS region."""
     availability_zones: tuple[str, ...] = ("us-east-2a", "us-east-2b")
-    """AZs of the VPC (two or more, EKS needs them); kept here so synth does no lookup."""
+    """AZs of the VPC (two to six, EKS needs two); kept here so synth does no lookup."""
     gpu_availability_zone: str = "us-east-2a"
     """The one AZ of the GPU nodes (EFA traffic does not cross AZs); one of availability_zones."""
     vpc_cidr: str = "10.0.0.0/16"
-    """VPC IPv4 range, /16 to /20 (pods take VPC addresses through the VPC CNI)."""
+    """VPC IPv4 range, /16 to /20; each AZ's private subnet gets an eighth of it (pods take VPC addresses)."""
     nat_gateways: int = 1
     """NAT gateways (1 to one per AZ); more survive an AZ outage and cost more."""
     kubernetes_version: str = "1.36"
@@ -107,17 +124,19 @@ class Settings:
     endpoint_public_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
     """CIDRs allowed to reach a public endpoint; narrow this to your own addresses."""
     admin_principal_arn: str | None = None
-    """IAM role or user ARN given cluster-admin through an EKS access entry."""
+    """IAM role or user ARN given cluster-admin through an EKS access entry. An STS assumed-role
+    ARN (what `aws sts get-caller-identity` prints) is converted to its role's ARN; `make deploy`
+    fills in the caller's own when this is unset."""
     system_instance_type: str = "m7i.xlarge"
     """Instance type of the CPU system nodes (KubeRay operator, Ray head, CoreDNS)."""
     system_node_count: int = 1
     """Number of system nodes."""
+    system_node_disk_gib: int = 80
+    """Encrypted gp3 root volume of each system node: it pulls the multi-GiB Ray image for the head."""
     gpu_instance_type: str = "g6.12xlarge"
     """EFA-capable GPU instance type; must be in cdk_constructs/instance_types.py."""
     gpu_node_count: int = 2
-    """Number of GPU nodes, one Ray worker pod each."""
-    worker_gpus: int | None = None
-    """GPUs each Ray worker pod requests; must equal the instance table's GPUs per node (default)."""
+    """Number of GPU nodes, one Ray worker pod each (taking all of the node's GPUs)."""
     gpu_node_disk_gib: int = 200
     """Encrypted gp3 root volume of each GPU node; the training image is large."""
     gpu_node_taint: bool = True
@@ -126,6 +145,8 @@ class Settings:
     """On-Demand Capacity Reservation to launch the GPU nodes into (cr- and 17 hex digits)."""
     placement_group: str = "auto"
     """Cluster placement group: on, off, or auto (on unless a capacity reservation is set)."""
+    log_retention_days: int = 30
+    """Retention of every log group the stack makes: EKS control plane, VPC flow logs, its Lambdas."""
     tags: dict[str, str] = field(default_factory=lambda: {"project": "eks-fsdp-efa"})
     """Tags on every resource."""
     training: TrainingSettings = field(default_factory=TrainingSettings)
@@ -136,6 +157,33 @@ class Settings:
         if self.placement_group == "auto":
             return self.capacity_reservation_id is None
         return self.placement_group == "on"
+
+    @property
+    def eks_cluster_name(self) -> str:
+        return self.stack_name
+
+    @property
+    def training_workers(self) -> int:
+        """Ray Train workers: one per GPU of every GPU node."""
+        return self.gpu_node_count * INSTANCE_TYPES[self.gpu_instance_type].gpus
+
+
+def trainer_options(s: Settings) -> dict[str, typing.Any]:
+    """The trainer's options (training/config.py TrainConfig names) of the RayJob: the training
+    settings that are trainer options, and the world size. Where runs go is the workload's to add."""
+    options = {
+        f.metadata["trainer_option"] or f.name: getattr(s.training, f.name)
+        for f in dataclasses.fields(TrainingSettings) if "trainer_option" in f.metadata
+    }
+    return options | {"workers": s.training_workers}
+
+
+def _setting_of_option(option: str) -> str:
+    """The setting a trainer --option comes from, to name it in an error."""
+    for f in dataclasses.fields(TrainingSettings):
+        if "trainer_option" in f.metadata and (f.metadata["trainer_option"] or f.name) == option:
+            return f"training.{f.name}"
+    return {"workers": "gpu_node_count"}.get(option, option)
 
 
 # ---------------------------------------------------------------- parsing
@@ -253,10 +301,18 @@ def settings_from_context(context: typing.Mapping[str, typing.Any]) -> Settings:
 
 def settings_from_files(cdk_json: str | Path = "cdk.json", overrides: typing.Iterable[str] = ()) -> Settings:
     """Settings as `cdk synth` builds them, for tools outside CDK: cdk.json's context, then `-c key=value`."""
+    path = Path(cdk_json)
+    if not path.is_file():
+        raise SettingsError(f"{cdk_json}: no such file (run from the repository root, or pass the app's cdk.json)")
     try:
-        context = dict(json.loads(Path(cdk_json).read_text()).get("context", {}))
-    except FileNotFoundError:
-        raise SettingsError(f"{cdk_json}: no such file (run from the repository root)") from None
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingsError(f"{cdk_json}: cannot be read: {error}") from None
+    except json.JSONDecodeError as error:
+        raise SettingsError(f"{cdk_json}: not JSON ({error.msg} at line {error.lineno})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("context", {}), dict):
+        raise SettingsError(f"{cdk_json}: expected a JSON object with a \"context\" object, as cdk.json has")
+    context = dict(document.get("context", {}))
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -275,20 +331,22 @@ def _require(ok: bool, message: str) -> None:
 
 def validate(s: Settings) -> None:
     """Every cross-field and range rule, in one place."""
-    _require(re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", s.stack_name) is not None,
-             f"stack_name: {s.stack_name!r} must start with a letter and hold only letters, digits and '-'")
+    _require(re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,99}", s.stack_name) is not None,
+             f"stack_name: {s.stack_name!r} must start with a letter and hold only letters, digits and '-', "
+             "at most 100 characters (it also names the EKS cluster)")
     _require(s.account is None or re.fullmatch(r"\d{12}", s.account) is not None,
              f"account: {s.account!r} must be 12 digits or null")
-    _require(re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", s.region) is not None,
-             f"region: {s.region!r} is not a region name such as us-east-2")
-    _require(len(s.availability_zones) >= 2 and len(set(s.availability_zones)) == len(s.availability_zones),
-             f"availability_zones: need two or more distinct AZs (EKS requires it), got {list(s.availability_zones)}")
+    _validate_region(s.region)
+    _require(2 <= len(s.availability_zones) <= MAX_AVAILABILITY_ZONES
+             and len(set(s.availability_zones)) == len(s.availability_zones),
+             f"availability_zones: need two to {MAX_AVAILABILITY_ZONES} distinct AZs (EKS requires two), "
+             f"got {list(s.availability_zones)}")
     for az in s.availability_zones:
         _require(re.fullmatch(re.escape(s.region) + r"[a-z]", az) is not None,
                  f"availability_zones: {az!r} is not an AZ of region {s.region} (expected {s.region}a, {s.region}b, ...)")
     _require(s.gpu_availability_zone in s.availability_zones,
              f"gpu_availability_zone: {s.gpu_availability_zone!r} must be one of availability_zones {list(s.availability_zones)}")
-    _validate_cidr("vpc_cidr", s.vpc_cidr, min_prefix=16, max_prefix=20)
+    _validate_vpc_cidr(s.vpc_cidr)
     _require(1 <= s.nat_gateways <= len(s.availability_zones),
              f"nat_gateways: {s.nat_gateways} must be between 1 and the number of AZs ({len(s.availability_zones)})")
     _validate_kubernetes_version(s.kubernetes_version)
@@ -299,12 +357,16 @@ def validate(s: Settings) -> None:
                  "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set endpoint_access=private)")
         for cidr in s.endpoint_public_cidrs:
             _validate_cidr("endpoint_public_cidrs", cidr, min_prefix=0, max_prefix=32)
-    _require(s.admin_principal_arn is None
-             or re.fullmatch(r"arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+",
-                             s.admin_principal_arn) is not None,
-             f"admin_principal_arn: {s.admin_principal_arn!r} must be an IAM role or user ARN")
+    if s.admin_principal_arn is not None:
+        principal_arn, _ = access_entry_principal(s.admin_principal_arn)
+        partition = principal_arn.split(":")[1]
+        _require(partition == region_partition(s.region),
+                 f"admin_principal_arn: {s.admin_principal_arn!r} is in partition {partition}, "
+                 f"region {s.region} in {region_partition(s.region)}")
     _validate_instance(s)
     _require(1 <= s.system_node_count <= 10, f"system_node_count: {s.system_node_count} must be between 1 and 10")
+    _require(50 <= s.system_node_disk_gib <= 16384,
+             f"system_node_disk_gib: {s.system_node_disk_gib} must be between 50 and 16384 (the Ray image alone is tens of GiB)")
     _require(1 <= s.gpu_node_count <= 64, f"gpu_node_count: {s.gpu_node_count} must be between 1 and 64")
     _require(100 <= s.gpu_node_disk_gib <= 16384,
              f"gpu_node_disk_gib: {s.gpu_node_disk_gib} must be between 100 and 16384 (the training image alone is tens of GiB)")
@@ -313,19 +375,79 @@ def validate(s: Settings) -> None:
              f"capacity_reservation_id: {s.capacity_reservation_id!r} must look like cr-0123456789abcdef0 (cr- and 17 hex digits)")
     _require(s.placement_group in PLACEMENT_GROUP_MODES,
              f"placement_group: {s.placement_group!r} must be one of {', '.join(PLACEMENT_GROUP_MODES)}")
-    for key, value in s.tags.items():
-        _require(0 < len(key) <= 128 and len(value) <= 256 and not key.lower().startswith("aws:"),
-                 f"tags: {key!r} must be 1-128 characters, not start with 'aws:', with a value of at most 256")
-    _validate_training(s.training)
+    _require(s.log_retention_days in RETENTION_DAYS,
+             f"log_retention_days: {s.log_retention_days} is not a CloudWatch retention; allowed: "
+             f"{', '.join(map(str, RETENTION_DAYS))}")
+    _validate_tags(s.tags)
+    _validate_training(s)
 
 
-def _validate_cidr(key: str, cidr: str, min_prefix: int, max_prefix: int) -> None:
+def _validate_region(region: str) -> None:
+    _require(region_partition(region) is not None,
+             f"region: {region!r} is not an AWS region (botocore knows e.g. us-east-1, us-east-2, eu-west-1)")
+
+
+def region_partition(region: str) -> str | None:
+    """The partition (aws, aws-cn, aws-us-gov, ...) of a region botocore knows offline, or None."""
+    import botocore.session
+
+    session = botocore.session.get_session()
+    for partition in session.get_available_partitions():
+        if region in session.get_available_regions("ec2", partition_name=partition):
+            return partition
+    return None
+
+
+def access_entry_principal(arn: str) -> tuple[str, str | None]:
+    """(the ARN an EKS access entry takes, a note when it was converted) for an IAM or STS ARN.
+
+    Access entries take IAM roles and users. `aws sts get-caller-identity` prints an assumed-role
+    session ARN, which becomes its role's ARN; a session ARN does not carry the role's path, and
+    EKS matches the role by its full ARN (path included), so the note says how to give it.
+    """
+    iam = re.fullmatch(r"arn:(aws[a-z-]*):iam::(\d{12}):(role|user)/([\w+=,.@/-]{1,512})", arn)
+    if iam and not iam.group(4).startswith("/") and not iam.group(4).endswith("/"):
+        return arn, None
+    session = re.fullmatch(r"arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]{1,64})/([\w+=,.@-]{1,64})", arn)
+    if session:
+        partition, account, role = session.groups()[:3]
+        converted = f"arn:{partition}:iam::{account}:role/{role}"
+        return converted, (f"admin_principal_arn: the STS session {arn} became {converted}; if the role has a "
+                           f"path (IAM Identity Center roles do), give its full ARN: aws iam get-role --role-name {role}")
+    kind = re.fullmatch(r"arn:aws[a-z-]*:(?:iam|sts)::\d{12}:([a-z-]+)(?:/.*)?", arn)
+    if kind and kind.group(1) in ("federated-user", "root", "group", "assumed-role", "instance-profile", "policy"):
+        raise SettingsError(f"admin_principal_arn: {arn!r} is a {kind.group(1)}, which EKS access entries do not "
+                            "take; give an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)")
+    raise SettingsError(f"admin_principal_arn: {arn!r} must be an IAM role or user ARN "
+                        "(arn:aws:iam::<account>:role/<name>) or an STS assumed-role ARN")
+
+
+def _validate_cidr(key: str, cidr: str, min_prefix: int, max_prefix: int) -> ipaddress.IPv4Network:
     try:
         network = ipaddress.IPv4Network(cidr, strict=True)
     except ValueError:
         raise SettingsError(f"{key}: {cidr!r} is not an IPv4 CIDR such as 10.0.0.0/16") from None
     _require(min_prefix <= network.prefixlen <= max_prefix,
              f"{key}: {cidr!r} must have a prefix between /{min_prefix} and /{max_prefix}")
+    return network
+
+
+def _validate_vpc_cidr(cidr: str) -> None:
+    network = _validate_cidr("vpc_cidr", cidr, min_prefix=16, max_prefix=20)
+    _require(not any(network.overlaps(r) for r in _FORBIDDEN_VPC_RANGES),
+             f"vpc_cidr: {cidr!r} overlaps a range AWS refuses for VPCs (0/8, 127/8, 169.254/16, 224/4, 240/4); "
+             "use a private range such as 10.0.0.0/16")
+
+
+def _validate_tags(tags: dict[str, str]) -> None:
+    _require(len(tags) <= MAX_TAGS, f"tags: {len(tags)} tags; AWS allows at most {MAX_TAGS} per resource")
+    for key, value in tags.items():
+        _require(0 < len(key) <= 128 and len(value) <= 256,
+                 f"tags: {key!r} must be 1-128 characters with a value of at most 256")
+        _require(not key.lower().startswith("aws:"), f"tags: {key!r} may not start with 'aws:' (reserved for AWS)")
+        for text in (key, value):
+            _require(all(c.isalnum() or c in _TAG_SYMBOLS for c in text),
+                     f"tags: {text!r} may hold only letters, digits, spaces and _ . : / = + - @")
 
 
 def _validate_kubernetes_version(version: str) -> None:
@@ -347,38 +469,34 @@ def _validate_instance(s: Settings) -> None:
     _require(gpu is not None, f"gpu_instance_type: {s.gpu_instance_type!r} is not in the instance table; known EFA GPU types: {known}")
     _require(gpu.gpus > 0, f"gpu_instance_type: {s.gpu_instance_type} has no GPU; known EFA GPU types: {known}")
     _require(gpu.supports_efa, f"gpu_instance_type: {s.gpu_instance_type} does not support EFA; known EFA GPU types: {known}")
-    _require(s.worker_gpus is None or s.worker_gpus == gpu.gpus,
-             f"worker_gpus: {s.worker_gpus} differs from the {gpu.gpus} GPUs of {gpu.name}; one worker pod takes all GPUs of its node")
     system = INSTANCE_TYPES.get(s.system_instance_type)
     systems = ", ".join(sorted(n for n, spec in INSTANCE_TYPES.items() if spec.gpus == 0))
     _require(system is not None and system.gpus == 0,
              f"system_instance_type: {s.system_instance_type!r} must be a CPU type from the instance table: {systems}")
 
 
-def _validate_training(t: TrainingSettings) -> None:
-    from training.config import BUILTIN_MODELS, SYNTHETIC_DATA  # the trainer owns these names
+def _validate_training(s: Settings) -> None:
+    from cdk_constructs.ray_manifests import RayJobSpec
+    from training.config import ConfigError, parse_args
 
-    _require(t.steps >= 1, f"training.steps: {t.steps} must be at least 1")
-    _require(t.seq_len >= 16 and t.seq_len % 16 == 0 and t.seq_len <= 131072,
-             f"training.seq_len: {t.seq_len} must be a multiple of 16 between 16 and 131072")
-    _require(t.micro_batch >= 1, f"training.micro_batch: {t.micro_batch} must be at least 1")
-    _require(t.grad_accum >= 1, f"training.grad_accum: {t.grad_accum} must be at least 1")
-    _require(256 <= t.loss_chunk_tokens <= 65536,
-             f"training.loss_chunk_tokens: {t.loss_chunk_tokens} must be between 256 and 65536")
-    _require(0 < t.learning_rate < 1, f"training.learning_rate: {t.learning_rate} must be in (0, 1)")
-    _require(t.checkpoint_every >= 1, f"training.checkpoint_every: {t.checkpoint_every} must be at least 1")
-    _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
-    _require(t.data in SYNTHETIC_DATA or t.data.startswith(DATA_SOURCE_PREFIXES),
-             f"training.data: {t.data!r} must be random, pattern, s3://..., file://... or an absolute path")
-    _require(t.data in SYNTHETIC_DATA or t.data.endswith((".jsonl", ".parquet", "/")) or "." not in t.data.rsplit("/", 1)[-1],
-             f"training.data: {t.data!r} must be a .jsonl or .parquet file or a folder of them")
-    _require(bool(re.fullmatch(r"[\w./-]+", t.model)) and (t.model in BUILTIN_MODELS or "/" in t.model),
-             f"training.model: {t.model!r} must be a hub id (org/name), a path, or one of {', '.join(BUILTIN_MODELS)}")
+    t = s.training
     _require(re.fullmatch(r"[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})", t.image) is not None,
              f"training.image: {t.image!r} must be registry/repository:tag or @sha256:digest")
     _require(60 <= t.active_deadline_seconds <= 7 * 24 * 3600,
              f"training.active_deadline_seconds: {t.active_deadline_seconds} must be between 60 and 604800")
-    _require(0 <= t.backoff_limit <= 10, f"training.backoff_limit: {t.backoff_limit} must be between 0 and 10")
+    # Narrower than the trainer (-1 is unlimited there): on a cluster, endless restarts bill endlessly.
+    _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
+    _require(0 <= t.backoff_limit <= 10, f"training.backoff_limit: {t.backoff_limit} must be between 0 and 10 "
+             "(submitter retries; training retries are training.max_failures)")
+    # The trainer's own parser and validation, on the command line the RayJob will run; the bucket's
+    # name exists only at deploy, and the names (digests) do not change what the trainer accepts.
+    job = RayJobSpec(namespace="training", cluster_name="fsdp-0", trainer_options=trainer_options(s),
+                     trainer_hash="0", storage_path="s3://checkpoint-bucket/runs")
+    try:
+        parse_args(shlex.split(job.entrypoint)[3:])
+    except ConfigError as error:
+        option, _, rest = str(error).partition(": ")
+        raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
 
 
 def image_is_pinned(image: str) -> bool:

@@ -9,11 +9,12 @@ from cdk_constructs.cluster import EksCluster, EksClusterProps
 from cdk_constructs.device_plugins import DevicePlugins, DevicePluginsProps
 from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
 from cdk_constructs.kuberay import KubeRayOperator, KubeRayOperatorProps
+from cdk_constructs.log_groups import RETENTION_DAYS, LambdaLogGroups
 from cdk_constructs.network import Network, NetworkProps
 from cdk_constructs.node_groups import GpuNodeGroup, GpuNodeGroupProps, SystemNodeGroup, SystemNodeGroupProps
-from stacks.nag import add_nag_suppressions
 from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadProps
-from stacks.settings import Settings, image_is_pinned
+from stacks.nag import add_nag_suppressions
+from stacks.settings import Settings, access_entry_principal, image_is_pinned, trainer_options
 
 
 class EfaTrainingStack(Stack):
@@ -24,12 +25,14 @@ class EfaTrainingStack(Stack):
             description="EKS + EFA + Ray Train FSDP fine-tuning of Qwen2.5 (eks-fsdp-efa)",
         )
         self.settings = settings
+        self.log_retention = RETENTION_DAYS[settings.log_retention_days]
         self._add_network()
         self._add_cluster()
         self._add_node_groups()
         self._add_cluster_software()
         self._add_training()
         self._add_outputs()
+        self._add_log_retention()
         for key, value in settings.tags.items():
             Tags.of(self).add(key, value)
         add_nag_suppressions(self, self.cluster)
@@ -43,19 +46,19 @@ class EfaTrainingStack(Stack):
         s = self.settings
         self.network = Network(
             self, "Network",
-            NetworkProps(availability_zones=s.availability_zones, cidr=s.vpc_cidr, nat_gateways=s.nat_gateways),
+            NetworkProps(availability_zones=s.availability_zones, cidr=s.vpc_cidr, nat_gateways=s.nat_gateways,
+                         flow_log_retention=self.log_retention),
         )
 
     def _add_cluster(self) -> None:
         s = self.settings
+        admin_arn, admin_note = access_entry_principal(s.admin_principal_arn) if s.admin_principal_arn else (None, None)
         self.eks = EksCluster(
             self, "Eks",
             EksClusterProps(
-                vpc=self.network.vpc,
-                kubernetes_version=s.kubernetes_version,
-                endpoint_access=s.endpoint_access,
-                endpoint_public_cidrs=s.endpoint_public_cidrs,
-                admin_principal_arn=s.admin_principal_arn,
+                vpc=self.network.vpc, cluster_name=s.eks_cluster_name, kubernetes_version=s.kubernetes_version,
+                endpoint_access=s.endpoint_access, endpoint_public_cidrs=s.endpoint_public_cidrs,
+                admin_principal_arn=admin_arn, admin_principal_note=admin_note, log_retention=self.log_retention,
             ),
         )
         self.cluster = self.eks.cluster
@@ -64,7 +67,8 @@ class EfaTrainingStack(Stack):
         s = self.settings
         self.system_nodes = SystemNodeGroup(
             self, "System",
-            SystemNodeGroupProps(cluster=self.cluster, instance_type=s.system_instance_type, node_count=s.system_node_count),
+            SystemNodeGroupProps(cluster=self.cluster, instance_type=s.system_instance_type,
+                                 node_count=s.system_node_count, disk_gib=s.system_node_disk_gib),
         )
         self.gpu_nodes = GpuNodeGroup(
             self, "Gpu",
@@ -84,11 +88,11 @@ class EfaTrainingStack(Stack):
         s = self.settings
         self.device_plugins = DevicePlugins(
             self, "DevicePlugins",
-            DevicePluginsProps(cluster=self.cluster, gpu_instance_type=s.gpu_instance_type, gpu_taint=s.gpu_node_taint),
+            DevicePluginsProps(cluster=self.cluster, gpu_instance_type=s.gpu_instance_type, gpu_taint=s.gpu_node_taint,
+                               requires=(self.gpu_nodes.nodegroup,)),
         )
-        self.device_plugins.node.add_dependency(self.gpu_nodes.nodegroup)
-        self.kuberay = KubeRayOperator(self, "KubeRay", KubeRayOperatorProps(cluster=self.cluster))
-        self.kuberay.node.add_dependency(self.system_nodes.nodegroup)
+        self.kuberay = KubeRayOperator(
+            self, "KubeRay", KubeRayOperatorProps(cluster=self.cluster, requires=(self.system_nodes.nodegroup,)))
 
     def _add_training(self) -> None:
         s, t = self.settings, self.settings.training
@@ -104,30 +108,27 @@ class EfaTrainingStack(Stack):
                 cluster=self.cluster, image=t.image, worker_replicas=s.gpu_node_count,
                 gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
                 cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
-                train_args={
-                    "model": t.model, "steps": t.steps, "seq_len": t.seq_len, "micro_batch": t.micro_batch,
-                    "grad_accum": t.grad_accum, "lr": t.learning_rate, "data": t.data,
-                    "activation_checkpointing": t.activation_checkpointing, "compile": t.compile,
-                    "loss_chunk_tokens": t.loss_chunk_tokens, "reshard_after_forward": t.reshard_after_forward,
-                    "checkpoint_every": t.checkpoint_every,
-                    "max_failures": t.max_failures, "require_efa": t.require_efa, "cache_dir": "/mnt/model-cache",
-                },
-                active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+                trainer_options=trainer_options(s), requires=(self.kuberay, self.device_plugins),
+                active_deadline_seconds=t.active_deadline_seconds, submitter_backoff_limit=t.backoff_limit,
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete,
             ),
         )
-        # Order: device plugins and KubeRay (CRDs) before anything that needs them.
-        self.training.ray_cluster.node.add_dependency(self.kuberay, self.device_plugins)
 
     def _add_outputs(self) -> None:
-        p = self.training.props
-        ns, job = p.namespace, p.job_name
+        w = self.training
+        ns, job = w.props.namespace, w.job_name
         CfnOutput(self, "Kubeconfig", value=f"aws eks update-kubeconfig --region {self.region} --name {self.cluster.cluster_name}")
         CfnOutput(self, "JobStatus", value=f"kubectl -n {ns} get rayjob {job} -o wide")
         CfnOutput(self, "JobLogs", value=f"kubectl -n {ns} logs -f job/{job}")
-        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{p.cluster_name}-head-svc 8265:8265")
-        CfnOutput(self, "CheckpointBucket", value=self.training.bucket.bucket_name)
+        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{w.ray_cluster_name}-head-svc 8265:8265")
+        CfnOutput(self, "CheckpointBucket", value=w.bucket.bucket_name)
+        CfnOutput(self, "RunPath", value=f"s3://{w.bucket.bucket_name}/runs/{w.run_name}")
         # Read by `make watch` and `make destroy` (tools/watch.py, tools/teardown.py).
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Namespace", value=ns)
+        CfnOutput(self, "RayClusterName", value=w.ray_cluster_name)
         CfnOutput(self, "RayJobName", value=job)
+
+    def _add_log_retention(self) -> None:
+        # Last: the Lambda functions of aws-cdk-lib's providers exist once everything else is built.
+        self.lambda_logs = LambdaLogGroups(self, "LambdaLogs", target=self, retention=self.log_retention)

@@ -137,3 +137,16 @@ def test_cpu_run_writes_results_and_table(tmp_path):
     assert trainer["final_loss"] == pytest.approx(6.3, abs=0.5)  # random tokens: about ln(512)
     assert example["error"] == "FSDP1 needs a GPU"
     assert "| trainer, h200 profile (default) | 1 | 8 x 4096 |" in (out / "table.md").read_text()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--cpu", "--gpus", "0"], "error: --gpus: 0 must be at least 1"),
+    (["--cpu", "--gpus", "-2"], "error: --gpus: -2 must be at least 1"),
+    (["--cpu", "--model", "tiny", "--suite", "smoke", "--groups", "main,nope"],
+     "error: --groups: nope not in suite smoke on 1 GPU(s); its groups: main"),
+    (["--cpu", "--warmup", "0"], "error: --warmup/--steps: 0/10 must both be at least 1"),
+])
+def test_bad_benchmark_options_are_one_line_before_anything_runs(tmp_path, capsys, argv, message):
+    assert bench.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "out" / "results.json").exists()

@@ -195,3 +195,68 @@ def test_watch_without_a_deployed_stack_is_one_line(monkeypatch, capsys):
     assert watch.main([]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: stack EksFsdpEfa not found in us-east-2: run `make deploy` first") and "\n" not in err
+
+
+# ------------------------------------------------------------------ what still bills when the watch ends
+
+
+def test_billing_lines_price_the_nodes_that_still_run():
+    kinds = cs.node_instance_types([load("node-ready.json"), load("node-ready.json")])
+    assert kinds == ["g6.12xlarge", "g6.12xlarge"]
+    first, second = cs.still_billing(kinds + ["m7i.xlarge"], nat_gateways=1, stack_name="EksFsdpEfa")
+    assert first.startswith("still running and billed: 2 x g6.12xlarge $9.20/h, 1 x m7i.xlarge $0.20/h, EKS control "
+                            "plane, 1 NAT gateway(s): about $9.55/hour")
+    assert "activeDeadlineSeconds stops nothing" in second and "make destroy" in second
+
+
+def test_billing_lines_name_types_without_a_price():
+    [first, _] = cs.still_billing(["x9.mega"], nat_gateways=2, stack_name="S")
+    assert "1 x x9.mega (price unknown)" in first and "plus the unknown types" in first
+
+
+def _stubbed_session(monkeypatch, outputs: dict, eks_error: str):
+    import boto3
+    from botocore.stub import Stubber
+
+    cloudformation = boto3.client("cloudformation", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    eks = boto3.client("eks", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stubs = [Stubber(cloudformation), Stubber(eks)]
+    stubs[0].add_response("describe_stacks", {"Stacks": [{
+        "StackName": "EksFsdpEfa", "CreationTime": "2026-11-30T00:00:00Z", "StackStatus": "CREATE_COMPLETE",
+        "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]}]})
+    stubs[1].add_client_error("describe_cluster", service_error_code=eks_error, service_message="denied")
+    for stub in stubs:
+        stub.activate()
+
+    class Session:
+        def client(self, name, region_name=None):
+            return {"cloudformation": cloudformation, "eks": eks}[name]
+
+    monkeypatch.setattr(boto3, "Session", Session)
+
+
+def test_watch_that_fails_after_deploy_still_ends_with_what_bills(monkeypatch, capsys):
+    from tests.conftest import ROOT
+    from tools import watch
+
+    _stubbed_session(monkeypatch, {"ClusterName": "EksFsdpEfa", "Namespace": "training", "RayJobName": "ft-1"},
+                     "AccessDeniedException")
+    monkeypatch.chdir(ROOT)
+    assert watch.main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: An error occurred (AccessDeniedException)")
+    out = captured.out.strip().splitlines()
+    assert out[0].startswith("still running and billed: 2 x g6.12xlarge") and "make destroy" in out[1]
+
+
+@pytest.mark.parametrize("flag,value", [("--poll", "0"), ("--node-timeout", "-5"), ("--poll", "soon")])
+def test_watch_refuses_intervals_that_are_not_positive(monkeypatch, capsys, flag, value):
+    from tests.conftest import ROOT
+    from tools import watch
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exit_:
+        watch.main([flag, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: argument {flag}:") and "\n" not in err

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Match
 
-from cdk_constructs.cluster import EksCluster, EksClusterProps
+from cdk_constructs.cluster import KUBECTL_LAYERS, EksCluster, EksClusterProps
+from cdk_constructs.network import subnet_masks
 from tests.conftest import only, resources_of, synth_stack, template_for
 
 
@@ -44,6 +45,33 @@ def test_vpc_flow_logs(template):
     template.resource_count_is("AWS::EC2::FlowLog", 1)
 
 
+def test_s3_gateway_endpoint_routes_every_private_subnet(template):
+    """Checkpoints and weights go to S3 through the free gateway, not the NAT gateway that bills per GB."""
+    endpoint = only(template, "AWS::EC2::VPCEndpoint")["Properties"]
+    assert endpoint["VpcEndpointType"] == "Gateway" and ".s3" in str(endpoint["ServiceName"])
+    private_tables = {a["Properties"]["RouteTableId"]["Ref"]
+                      for a in resources_of(template, "AWS::EC2::SubnetRouteTableAssociation").values()
+                      if "private" in a["Properties"]["SubnetId"]["Ref"].lower()}
+    assert {t["Ref"] for t in endpoint["RouteTableIds"]} == private_tables and len(private_tables) == 2
+
+
+@pytest.mark.parametrize("cidr,masks", [("10.0.0.0/16", (24, 19)), ("10.0.0.0/18", (24, 21)), ("10.0.0.0/20", (26, 23))])
+def test_subnet_masks_scale_with_the_vpc(cidr, masks):
+    assert subnet_masks(cidr) == masks
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/16", "10.1.0.0/17", "10.2.0.0/18", "10.3.0.0/19", "172.16.0.0/20"])
+def test_every_allowed_vpc_size_synthesizes_with_six_azs(cidr):
+    """The README allows /16 to /20: each must build, with a private subnet in every AZ, in the VPC range."""
+    import ipaddress
+
+    azs = [f"us-east-1{letter}" for letter in "abcdef"]
+    template = template_for(region="us-east-1", availability_zones=azs, gpu_availability_zone="us-east-1a", vpc_cidr=cidr)
+    subnets = [ipaddress.IPv4Network(r["Properties"]["CidrBlock"]) for r in resources_of(template, "AWS::EC2::Subnet").values()]
+    assert len(subnets) == 12 and all(net.subnet_of(ipaddress.IPv4Network(cidr)) for net in subnets)
+    assert not any(a.overlaps(b) for i, a in enumerate(subnets) for b in subnets[i + 1:])
+
+
 # ------------------------------------------------------------------ cluster
 
 
@@ -57,10 +85,22 @@ def test_kubectl_layer_matches_cluster_version(template):
     assert "kubectl 1.36." in layer["Properties"]["Description"]
 
 
-def test_kubectl_layer_mismatch_is_refused():
+@pytest.mark.parametrize("version", sorted(KUBECTL_LAYERS))
+def test_each_kubectl_layer_is_built_for_its_kubernetes_version(version):
+    """aws-cdk issue 24580: nothing checks at synth that the layer's kubectl matches the cluster."""
+    module, name = KUBECTL_LAYERS[version]
+    minor = version.split(".")[1]
+    assert module.endswith(f"lambda_layer_kubectl_v{minor}") and name == f"KubectlV{minor}Layer"
+
+
+def test_cluster_without_a_kubectl_layer_for_its_version_is_refused():
     stack = synth_stack()
-    with pytest.raises(ValueError, match="kubectl layer 1.35 does not match cluster version 1.36"):
-        EksCluster(stack, "Other", EksClusterProps(vpc=stack.network.vpc, kubectl_layer_version="1.35"))
+    with pytest.raises(ValueError, match="kubectl layer: no layer for Kubernetes 1.35; have 1.36"):
+        EksCluster(stack, "Other", EksClusterProps(vpc=stack.network.vpc, cluster_name="other", kubernetes_version="1.35"))
+
+
+def test_cluster_named_after_the_stack(template):
+    template.has_resource_properties("AWS::EKS::Cluster", {"Name": "EksFsdpEfa"})
 
 
 def test_secrets_encrypted_with_rotating_key(template):
@@ -74,6 +114,29 @@ def test_control_plane_logging(template):
     cluster = only(template, "AWS::EKS::Cluster")
     enabled = {t["Type"] for t in cluster["Properties"]["Logging"]["ClusterLogging"]["EnabledTypes"]}
     assert {"api", "audit", "authenticator"} <= enabled
+
+
+def test_control_plane_log_group_exists_first_with_retention(template):
+    """EKS writes to /aws/eks/<name>/cluster; made by the stack first, it expires and goes with the stack."""
+    [(logical_id, group)] = [(k, r) for k, r in resources_of(template, "AWS::Logs::LogGroup").items()
+                             if r["Properties"].get("LogGroupName") == "/aws/eks/EksFsdpEfa/cluster"]
+    assert group["Properties"]["RetentionInDays"] == 30 and group["DeletionPolicy"] == "Delete"
+    cluster_id = next(iter(resources_of(template, "AWS::EKS::Cluster")))
+    assert logical_id in template.to_json()["Resources"][cluster_id]["DependsOn"]
+
+
+def test_every_lambda_logs_to_a_group_with_retention(template):
+    groups = resources_of(template, "AWS::Logs::LogGroup")
+    functions = resources_of(template, "AWS::Lambda::Function")
+    assert len(functions) == 3
+    for name, function in functions.items():
+        target = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        assert groups[target]["Properties"]["RetentionInDays"] == 30, name
+
+
+def test_log_retention_setting_reaches_every_group():
+    groups = resources_of(template_for(log_retention_days=7), "AWS::Logs::LogGroup")
+    assert len(groups) == 5 and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {7}
 
 
 def test_endpoint_public_cidrs_from_settings():
@@ -193,6 +256,12 @@ def test_imdsv2_required_with_hop_limit_2(template):
     for lt in resources_of(template, "AWS::EC2::LaunchTemplate").values():
         assert lt["Properties"]["LaunchTemplateData"]["MetadataOptions"] == {
             "HttpTokens": "required", "HttpPutResponseHopLimit": 2, "HttpEndpoint": "enabled"}
+
+
+def test_system_root_volume_holds_the_ray_image(template):
+    system = only(template, "AWS::EC2::LaunchTemplate",
+                  lambda r: "NetworkInterfaces" not in r["Properties"]["LaunchTemplateData"])
+    assert system["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 80
 
 
 def test_gpu_root_volume_gp3_encrypted_200gib(template):

@@ -224,3 +224,21 @@ def test_vcpu_quota_class_by_family(instance_type, quota_class):
     from cdk_constructs.instance_types import vcpu_quota_class
 
     assert vcpu_quota_class(instance_type) == quota_class
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{ not json", r"error: .*cdk.json: not JSON \(Expecting property name enclosed in double quotes at line 1\)"),
+    ('["a"]', r'error: .*cdk.json: expected a JSON object with a "context" object'),
+    (None, r"error: .*: no such file"),
+])
+def test_a_cdk_json_that_cannot_be_read_is_one_line(tmp_path, capsys, content, message):
+    import re
+
+    target = tmp_path / "cdk.json"
+    if content is None:
+        target = tmp_path  # a folder
+    else:
+        target.write_text(content)
+    assert preflight.main(["--cdk-json", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.match(message, err) and "\n" not in err

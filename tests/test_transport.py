@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.transport import judge_files, main, parse_log
+from training.transport import RankReport, decide, judge_files, main, parse_log, rank_report
 from tests.conftest import DATA
 
 NVLINK = DATA / "nccl" / "one-node-2gpu-nvlink.rank0.log"
@@ -94,3 +94,49 @@ def test_single_rank_communicator_has_no_traffic_to_judge(tmp_path):
     path = write(tmp_path, f"{prefix}Using network Socket\n{prefix}comm 0x5aa1 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0\n")
     verdict = judge_files([path], require_efa=True)
     assert verdict.ok and verdict.line == "one rank: no NCCL traffic"
+
+
+# ------------------------------------------------------------------ the run's decision from every rank
+
+
+def rank(tmp_path, number: int, node: str, text: str | None) -> RankReport:
+    if text is None:
+        return rank_report(number, node, None)
+    path = tmp_path / f"{node}.{number}.log"
+    path.write_text(text)
+    return rank_report(number, node, path)
+
+
+EFA = two_node_log("Libfabric", "efa", "NET/Libfabric/0")
+SOCKETS = two_node_log("Socket", None, "NET/Socket/0")
+
+
+# (per rank: node and log text or None for no log, require_efa, may go on, a fragment of the line)
+DECISIONS = {
+    "two nodes on EFA": ([("a", EFA), ("b", EFA)], True, True, "inter-node traffic on EFA"),
+    "two nodes on sockets": ([("a", SOCKETS), ("b", SOCKETS)], True, False, "NOT on EFA: socket"),
+    "one rank on sockets": ([("a", EFA), ("b", SOCKETS)], True, False, "rank 1 on b: inter-node traffic NOT on EFA"),
+    "sockets without require-efa": ([("a", SOCKETS), ("b", SOCKETS)], False, True, "NOT on EFA"),
+    "workers left no logs": ([("a", None), ("b", None)], True, False, "no NCCL log from 2 of 2 ranks (ranks 0, 1 on a, b)"),
+    "one worker node left none": ([("a", EFA), ("b", None)], True, False, "no NCCL log from 1 of 2 ranks (ranks 1 on b)"),
+    "no logs without require-efa": ([("a", None), ("b", None)], False, True, "cannot be verified"),
+    "one node, logs present": ([("a", NVLINK.read_text()), ("a", NVLINK.read_text())], True, True, "single node"),
+    "one node, no logs": ([("a", None)], True, False, "no NCCL log from 1 of 1 ranks"),
+    "two nodes but no communicator spans them": ([("a", NVLINK.read_text()), ("b", NVLINK.read_text())], True, False,
+                                                 "workers run on 2 nodes, but no NCCL communicator in the logs spans nodes"),
+    "logs without any communicator": ([("a", "NCCL INFO Bootstrap\n"), ("b", "NCCL INFO Bootstrap\n")], True, False,
+                                      "no NCCL communicator found"),
+}
+
+
+@pytest.mark.parametrize("case", DECISIONS)
+def test_decision(tmp_path, case):
+    ranks, require_efa, ok, fragment = DECISIONS[case]
+    reports = [rank(tmp_path, i, node, text) for i, (node, text) in enumerate(ranks)]
+    decided, line = decide(reports, require_efa)
+    assert decided is ok and fragment in line, line
+
+
+def test_socket_forced_real_log_fails_as_one_rank_of_a_run(tmp_path):
+    decided, line = decide([rank_report(0, "a", SOCKET), rank(tmp_path, 1, "b", EFA)], require_efa=True)
+    assert not decided and line.startswith("rank 0 on a: inter-node traffic NOT on EFA: socket")

@@ -8,9 +8,17 @@ import sys
 from stacks.settings import Settings, SettingsError, settings_from_files
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose refusals are one line naming the option (and exit 2), without the usage block."""
+
+    def error(self, message: str):
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def tool_parser(prog: str, doc: str) -> argparse.ArgumentParser:
     """A parser with the same `-c key=value` overrides as cdk, and where cdk.json is."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser = OneLineParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE",
                         help="the same overrides as cdk -c")
     parser.add_argument("--cdk-json", default="cdk.json", help="the app's cdk.json")

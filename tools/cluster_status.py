@@ -171,3 +171,40 @@ def final_summary(job: JobReport, progress: TrainerProgress, bucket: str | None)
     if not job.succeeded and progress.errors:
         lines.append(f"last error: {progress.errors[-1]}")
     return lines
+
+
+# ---------------------------------------------------------------- what still bills
+
+
+def still_billing(node_instance_types: list[str], nat_gateways: int, stack_name: str) -> list[str]:
+    """The lines a watch ends with, whatever happened: what runs now, what it costs, how to stop it.
+
+    A finished, failed or deadline-exceeded RayJob stops no node (activeDeadlineSeconds only marks
+    the RayJob Failed, rayjob_controller.go): the node groups have fixed sizes and run until destroy.
+    """
+    from cdk_constructs.instance_types import EKS_CONTROL_PLANE_USD_PER_HOUR, INSTANCE_TYPES, NAT_GATEWAY_USD_PER_HOUR
+
+    counts: dict[str, int] = {}
+    for kind in node_instance_types:
+        counts[kind] = counts.get(kind, 0) + 1
+    hourly = EKS_CONTROL_PLANE_USD_PER_HOUR + nat_gateways * NAT_GATEWAY_USD_PER_HOUR
+    parts, unknown = [], []
+    for kind, count in sorted(counts.items()):
+        spec = INSTANCE_TYPES.get(kind)
+        if spec is None:
+            unknown.append(kind)
+            parts.append(f"{count} x {kind} (price unknown)")
+            continue
+        hourly += spec.usd_per_hour * count
+        parts.append(f"{count} x {kind} ${spec.usd_per_hour * count:.2f}/h")
+    nodes = ", ".join(parts) if parts else "no nodes"
+    lines = [f"still running and billed: {nodes}, EKS control plane, {nat_gateways} NAT gateway(s): "
+             f"about ${hourly:.2f}/hour{' plus the unknown types' if unknown else ''} (${hourly * 24:.0f}/day)",
+             "the nodes keep running after the job ends (activeDeadlineSeconds stops nothing); "
+             f"stop paying with: make destroy  (cdk destroy {stack_name}; the checkpoint bucket is kept)"]
+    return lines
+
+
+def node_instance_types(nodes: list[dict]) -> list[str]:
+    """The instance type of each node, from its well-known label."""
+    return [(n.get("metadata", {}).get("labels") or {}).get("node.kubernetes.io/instance-type", "unknown") for n in nodes]

@@ -1,9 +1,9 @@
 """`make destroy`: `cdk destroy`, then list what was kept on purpose, so nothing bills unseen.
 
 Before destroying, it reads which of the stack's resources CloudFormation will retain
-(DeletionPolicy Retain: the checkpoint bucket, the secrets KMS key) and the cluster's name (EKS
-writes control-plane logs to a log group that no stack owns). Afterwards it reports each of
-them with its size and the command that deletes it. It deletes nothing that holds data.
+(DeletionPolicy Retain: the checkpoint bucket, the secrets KMS key). Afterwards it reports each of
+them, and every log group left under the stack's EKS and Lambda prefixes, with its size and the
+command that deletes it. It deletes nothing that holds data.
 """
 
 from __future__ import annotations
@@ -58,12 +58,23 @@ def describe_key(kms, key_id: str) -> Kept | None:
                 f"aws kms schedule-key-deletion --key-id {key_id} --pending-window-in-days 7")
 
 
-def describe_log_group(logs, name: str) -> Kept | None:
-    groups = [g for g in logs.describe_log_groups(logGroupNamePrefix=name).get("logGroups", []) if g["logGroupName"] == name]
-    if not groups:
-        return None
-    return Kept("log group", name, f"{groups[0].get('storedBytes', 0) / 2**20:.1f} MiB of EKS control-plane logs",
-                f"aws logs delete-log-group --log-group-name {name}")
+def leftover_log_groups(logs, prefixes: list[str]) -> list[Kept]:
+    """Log groups under these prefixes that still exist. The stack's own groups go with it; these
+    are what something wrote outside it (a Lambda run before it had its group, EKS before its group)."""
+    kept = []
+    for prefix in prefixes:
+        for page in logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix):
+            for group in page.get("logGroups", []):
+                retention = f"expires after {group['retentionInDays']} days" if group.get("retentionInDays") else "never expires"
+                kept.append(Kept("log group", group["logGroupName"],
+                                 f"{group.get('storedBytes', 0) / 2**20:.1f} MiB, {retention}",
+                                 f"aws logs delete-log-group --log-group-name {group['logGroupName']}"))
+    return kept
+
+
+def log_group_prefixes(stack_name: str, cluster_name: str) -> list[str]:
+    """Where this stack's logs can be: EKS's control-plane group, its Lambdas' default groups."""
+    return [f"/aws/eks/{cluster_name}/", f"/aws/lambda/{stack_name}-"]
 
 
 def kept_report(kept: list[Kept]) -> str:
@@ -122,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             kept.append(describe_key(session.client("kms"), name))
         else:
             kept.append(Kept(kind, name, "retained by its DeletionPolicy", "delete it in its service's console"))
-    if "ClusterName" in outputs:
-        kept.append(describe_log_group(session.client("logs"), f"/aws/eks/{outputs['ClusterName']}/cluster"))
+    cluster_name = outputs.get("ClusterName", s.eks_cluster_name)
+    kept += leftover_log_groups(session.client("logs"), log_group_prefixes(s.stack_name, cluster_name))
     print(kept_report([k for k in kept if k]))
     return 0
 

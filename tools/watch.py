@@ -147,10 +147,37 @@ def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: i
         time.sleep(poll_s)
 
 
+def billing_lines(api, s: Settings) -> list[str]:
+    """What still runs, read from the cluster's nodes when it answers, else from the settings."""
+    try:
+        from kubernetes import client
+
+        nodes = [_plain(api, n) for n in client.CoreV1Api(api).list_node().items] if api else None
+    except Exception:  # the cluster may be unreachable by now; the settings still say what was deployed
+        nodes = None
+    if nodes is None:
+        kinds = [s.gpu_instance_type] * s.gpu_node_count + [s.system_instance_type] * s.system_node_count
+    else:
+        kinds = cs.node_instance_types(nodes)
+    return cs.still_billing(kinds, s.nat_gateways, s.stack_name)
+
+
+def positive_int(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a positive number of seconds")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.watch", __doc__)
-    parser.add_argument("--node-timeout", type=int, default=1800, help="seconds to wait for GPU nodes")
-    parser.add_argument("--poll", type=int, default=15, help="seconds between polls")
+    parser.add_argument("--node-timeout", type=positive_int, default=1800, help="seconds to wait for GPU nodes")
+    parser.add_argument("--poll", type=positive_int, default=15, help="seconds between polls")
     args, _, s = parse(parser, argv)
     if s is None:
         return 2
@@ -158,13 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
     from kubernetes.client.rest import ApiException
 
-    session = boto3.Session()
+    session, api, outputs = boto3.Session(), None, None
+    code = 2
     try:
         outputs = stack_outputs(session, s)
         api = kubernetes_api(session, outputs["ClusterName"], s.region)
         if not wait_for_gpu_nodes(api, s, args.node_timeout, args.poll):
-            return 1
-        return 0 if follow_job(api, outputs["Namespace"], outputs["RayJobName"], outputs.get("CheckpointBucket"), args.poll) else 1
+            code = 1
+        else:
+            succeeded = follow_job(api, outputs["Namespace"], outputs["RayJobName"], outputs.get("CheckpointBucket"), args.poll)
+            code = 0 if succeeded else 1
     except NoCredentialsError:
         print("error: no AWS credentials found; run `aws configure` or `aws sso login` first", file=sys.stderr)
     except KeyError as missing:
@@ -179,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
     except KeyboardInterrupt:
         print("stopped watching; the job goes on (make watch to follow it again)", file=sys.stderr)
-    return 2
+    if outputs is not None:  # the stack exists: whatever happened, say what it costs and how to stop it
+        print("\n".join(billing_lines(api, s)), flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -451,7 +451,13 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results").mkdir(parents=True, exist_ok=True)
     groups = plan(args.suite, args.gpus)
     if args.groups:
-        groups = [g for g in groups if g.name in args.groups.split(",")]
+        known, wanted = [g.name for g in groups], args.groups.split(",")
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            print(f"error: --groups: {', '.join(unknown)} not in suite {args.suite} on {args.gpus} GPU(s); "
+                  f"its groups: {', '.join(known)}", file=sys.stderr)
+            return 2
+        groups = [g for g in groups if g.name in wanted]
     failed = [g.name for g in groups if run_group(g, out, args) != 0]
     print(report(out, groups, args.gpus))
     if failed:
@@ -466,6 +472,8 @@ def check_args(args) -> str | None:
         return f"--model: {args.model!r} is not a built-in config ({', '.join(BUILTIN_MODELS)})"
     if args.warmup < 1 or args.steps < 1:
         return f"--warmup/--steps: {args.warmup}/{args.steps} must both be at least 1"
+    if args.gpus is not None and args.gpus < 1:
+        return f"--gpus: {args.gpus} must be at least 1"
     if args.cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         args.gpus = args.gpus or 1

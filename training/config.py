@@ -1,4 +1,9 @@
-"""Run settings of the trainer: one dataclass, its command line, and its validation."""
+"""Run settings of the trainer: one dataclass, its command line, and its validation.
+
+`validate` is pure and offline: `cdk synth` runs it on the RayJob's exact entrypoint, so a value
+the trainer would refuse on the cluster is refused at synth. `check_inputs` looks for the model
+and data where they live, on the machine that starts the run, before Ray starts.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,13 @@ from dataclasses import dataclass
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "tiny")
+# The longest sequence each known architecture was built for (Qwen2.5-1.5B's model card: 32,768).
+MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "tiny": 4096}
+# Hub models whose architecture is one of the built-ins (what synth can know without a download).
+HUB_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b"}
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
 SYNTHETIC_DATA = ("random", "pattern")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 # Per-GPU settings measured to fit and run fast (docs/benchmarks.md); --profile NAME applies
 # one, and any option given explicitly still wins. The cluster's defaults are the l4 profile.
 GPU_PROFILES: dict[str, dict] = {
@@ -21,6 +31,18 @@ GPU_PROFILES: dict[str, dict] = {
     "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": True, "compile": True,
            "loss_chunk_tokens": 2048},
 }
+# Upper bounds that catch a typo (an extra zero) before it books GPUs for a year.
+MAX_STEPS = 10_000_000
+MAX_MICRO_BATCH = 4096
+MAX_GRAD_ACCUM = 65536
+MAX_WORKERS = 4096
+MAX_SEQ_LEN = 131072
+MAX_LOSS_CHUNK_TOKENS = 1 << 20
+# Paths and URIs reach a shell command line (the RayJob entrypoint): no spaces, quotes, $, ;, |, &, `.
+_PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
+# S3 bucket naming rules: 3-63 characters, lower-case letters, digits, '.' and '-', letters or digits at the ends.
+_S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 
 
 class ConfigError(ValueError):
@@ -101,49 +123,150 @@ class TrainConfig:
 
 
 def validate(c: TrainConfig) -> TrainConfig:
+    """Every rule that needs no file and no network; each refusal is one line naming the option."""
     def require(ok: bool, message: str) -> None:
         if not ok:
             raise ConfigError(message)
 
-    require(c.steps >= 1, f"--steps: {c.steps} must be a positive integer")
-    require(c.seq_len >= 8 and c.seq_len <= 131072, f"--seq-len: {c.seq_len} must be between 8 and 131072")
-    require(c.micro_batch >= 1, f"--micro-batch: {c.micro_batch} must be at least 1")
-    require(c.grad_accum >= 1, f"--grad-accum: {c.grad_accum} must be at least 1")
+    require(1 <= c.steps <= MAX_STEPS, f"--steps: {c.steps} must be between 1 and {MAX_STEPS:,}")
+    require(8 <= c.seq_len <= MAX_SEQ_LEN, f"--seq-len: {c.seq_len} must be between 8 and {MAX_SEQ_LEN}")
+    require(1 <= c.micro_batch <= MAX_MICRO_BATCH, f"--micro-batch: {c.micro_batch} must be between 1 and {MAX_MICRO_BATCH}")
+    require(1 <= c.grad_accum <= MAX_GRAD_ACCUM, f"--grad-accum: {c.grad_accum} must be between 1 and {MAX_GRAD_ACCUM}")
     require(0 < c.lr < 1, f"--lr: {c.lr} must be in (0, 1)")
     require(0 <= c.min_lr_ratio <= 1, f"--min-lr-ratio: {c.min_lr_ratio} must be in [0, 1]")
-    require(0 <= c.warmup_steps, f"--warmup-steps: {c.warmup_steps} must be 0 or more")
-    require(c.weight_decay >= 0, f"--weight-decay: {c.weight_decay} must be 0 or more")
+    require(0 <= c.warmup_steps <= MAX_STEPS, f"--warmup-steps: {c.warmup_steps} must be between 0 and {MAX_STEPS:,}")
+    require(0 <= c.weight_decay < 1, f"--weight-decay: {c.weight_decay} must be in [0, 1)")
     require(c.grad_clip >= 0, f"--grad-clip: {c.grad_clip} must be 0 or more")
-    require(c.checkpoint_every >= 0, f"--checkpoint-every: {c.checkpoint_every} must be 0 or more")
-    require(c.max_failures >= -1, f"--max-failures: {c.max_failures} must be -1 (unlimited) or more")
-    require(c.loss_chunk_tokens >= 1, f"--loss-chunk-tokens: {c.loss_chunk_tokens} must be at least 1")
+    require(0 <= c.checkpoint_every <= c.steps,
+            f"--checkpoint-every: {c.checkpoint_every} must be between 0 (only at the end) and the number of steps ({c.steps})")
+    require(-1 <= c.max_failures <= 1000, f"--max-failures: {c.max_failures} must be -1 (unlimited) or between 0 and 1000")
+    require(1 <= c.loss_chunk_tokens <= MAX_LOSS_CHUNK_TOKENS,
+            f"--loss-chunk-tokens: {c.loss_chunk_tokens} must be between 1 and {MAX_LOSS_CHUNK_TOKENS}")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
-    require(c.workers >= 1, f"--workers: {c.workers} must be at least 1")
-    require(c.log_every >= 1, f"--log-every: {c.log_every} must be at least 1")
-    require(c.peak_tflops is None or c.peak_tflops > 0, f"--peak-tflops: {c.peak_tflops} must be positive")
-    require(re.fullmatch(r"[\w.-]+", c.run_name) is not None,
-            f"--run-name: {c.run_name!r} may hold only letters, digits, '.', '_' and '-'")
-    require(c.model in BUILTIN_MODELS or c.model.startswith(("/", "./", "s3://")) or re.fullmatch(r"[\w.-]+/[\w.-]+", c.model) is not None,
-            f"--model: {c.model!r} is not a built-in ({', '.join(BUILTIN_MODELS)}), a hub id org/name, or a path")
-    scheme = c.storage_path.split("://")[0] if "://" in c.storage_path else None
-    require(scheme in (None, "s3", "file") and c.storage_path.strip() != "",
-            f"--storage-path: {c.storage_path!r} must be a local folder, file:// or s3://bucket/prefix")
+    require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
+    require(1 <= c.log_every <= MAX_STEPS, f"--log-every: {c.log_every} must be between 1 and {MAX_STEPS:,}")
+    require(c.peak_tflops is None or 0 < c.peak_tflops < 100_000, f"--peak-tflops: {c.peak_tflops} must be positive")
+    # The run name is a folder under the storage path: it may not climb out of it or hide.
+    require(re.fullmatch(r"[A-Za-z0-9_][\w.-]{0,127}", c.run_name) is not None and ".." not in c.run_name,
+            f"--run-name: {c.run_name!r} must start with a letter, digit or '_' and hold only letters, digits, "
+            "'.', '_' and '-' (no '..'), at most 128 characters")
+    _validate_model(c.model)
+    max_positions = MODEL_MAX_POSITIONS.get(HUB_ARCHITECTURES.get(c.model, c.model))
+    require(max_positions is None or c.seq_len <= max_positions,
+            f"--seq-len: {c.seq_len} exceeds {c.model}'s {max_positions} positions")
+    _validate_location("--storage-path", c.storage_path)
     if c.data not in SYNTHETIC_DATA:
-        scheme = c.data.split("://")[0] if "://" in c.data else None
-        require(scheme in (None, "s3", "file"),
-                f"--data: {c.data!r} must be random, pattern, a local path, file:// or s3://")
+        _validate_location("--data", c.data)
+        name = c.data.rstrip("/").rsplit("/", 1)[-1]
+        require(c.data.endswith("/") or name.endswith(DATA_SUFFIXES) or "." not in name,
+                f"--data: {c.data!r} must be random, pattern, a {'/'.join(DATA_SUFFIXES)} file, or a folder of them")
+    require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", c.text_field) is not None,
+            f"--text-field: {c.text_field!r} must be a field name (letters, digits, '_')")
+    if c.cache_dir is not None:
+        _validate_location("--cache-dir", c.cache_dir, remote=False)
     require(c.inject_failure_at_step is None or 1 <= c.inject_failure_at_step <= c.steps,
-            f"--inject-failure-at-step: {c.inject_failure_at_step} must be between 1 and --steps")
+            f"--inject-failure-at-step: {c.inject_failure_at_step} must be between 1 and the number of steps ({c.steps})")
     return c
+
+
+def _validate_model(model: str) -> None:
+    if model in BUILTIN_MODELS:
+        return
+    if model.startswith(("s3://", "/", "./", "../", "~", "file://")):
+        _validate_location("--model", model)
+        return
+    if _HUB_ID.fullmatch(model) is None or "--" in model or ".." in model:
+        raise ConfigError(f"--model: {model!r} is not a built-in ({', '.join(BUILTIN_MODELS)}), a hub id org/name, "
+                          "a path (/..., ./...) or s3://bucket/prefix")
+
+
+def _validate_location(option: str, value: str, remote: bool = True) -> None:
+    """A local path, file:// or s3://bucket/prefix, in characters that are safe on a command line."""
+    if not value or _PATH_CHARS.fullmatch(value) is None:
+        raise ConfigError(f"{option}: {value!r} may hold only letters, digits and . _ / : = @ + , ~ - "
+                          "(no spaces or shell characters)")
+    if "://" not in value:
+        return
+    scheme = value.split("://", 1)[0]
+    if not remote or scheme not in ("s3", "file"):
+        allowed = "a local path, file:// or s3://bucket/prefix" if remote else "a local path"
+        raise ConfigError(f"{option}: {value!r} must be {allowed}")
+    if scheme == "s3" and _S3_URI.fullmatch(value) is None:
+        raise ConfigError(f"{option}: {value!r} must be s3://bucket/prefix with a valid bucket name "
+                          "(3-63 lower-case letters, digits, '.' or '-')")
+    if scheme == "file" and not value.startswith("file:///"):
+        raise ConfigError(f"{option}: {value!r} must be an absolute file:///path")
+
+
+def check_inputs(c: TrainConfig) -> None:
+    """Before Ray starts: the model and data exist where the options say, with a one-line error if not.
+
+    Local paths are looked at on this machine (the driver: the head pod on the cluster, where
+    pod paths are the same as on the workers), s3:// URIs with the machine's credentials.
+    Hub ids are left to the download, which names what is missing.
+    """
+    from pathlib import Path
+
+    def local(value: str) -> Path:
+        return Path(value.removeprefix("file://")).expanduser()
+
+    if c.model not in BUILTIN_MODELS and not c.model.startswith("s3://") and _HUB_ID.fullmatch(c.model) is None:
+        folder = local(c.model)
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"--model: {c.model!r} is not a folder with a config.json (a saved Hugging Face model)")
+        max_positions = _local_max_positions(folder)
+        if max_positions and c.seq_len > max_positions:
+            raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
+    for option, value in (("--model", c.model), ("--data", c.data)):
+        if value.startswith("s3://"):
+            _check_s3(option, value.rstrip("/") + ("/config.json" if option == "--model" else ""))
+    if c.data not in SYNTHETIC_DATA and not c.data.startswith("s3://") and not local(c.data).exists():
+        raise ConfigError(f"--data: {c.data!r} does not exist on this machine")
+
+
+def _local_max_positions(folder) -> int | None:
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"--model: {folder}/config.json cannot be read: {error}") from None
+    return config.get("max_position_embeddings")
+
+
+def _check_s3(option: str, uri: str) -> None:
+    """An object, or any object under a prefix (a folder), exists at this s3:// URI."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    try:
+        found = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount", 0) > 0
+    except (ClientError, BotoCoreError) as error:  # credentials, permissions, a missing bucket: all end the run here
+        raise ConfigError(f"{option}: cannot read {uri}: {str(error).splitlines()[0]}") from None
+    if not found:
+        raise ConfigError(f"{option}: {uri} does not exist")
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError (one line naming the option) instead of exiting."""
+
+    def error(self, message: str):
+        match = re.fullmatch(r"argument (--[\w-]+)(?:/--[\w-]+)?: (.*)", message)
+        if match and match.group(2).startswith(match.group(1) + ":"):
+            message = match.group(2)
+        elif match:
+            message = f"{match.group(1)}: {match.group(2)}"
+        raise ConfigError(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m training.train",
         description="Fine-tune a causal LM with FSDP2 under Ray Train (laptop, GPU box or EKS).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

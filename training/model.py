@@ -15,7 +15,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from training.config import TrainConfig
+from training.config import MODEL_MAX_POSITIONS, TrainConfig
 from training.loss import linear_cross_entropy_sum
 
 
@@ -26,13 +26,13 @@ def builtin_config(name: str):
         # Qwen2.5-1.5B's published architecture: 1,543,714,304 parameters.
         return Qwen2Config(
             vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
-            num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+            num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=MODEL_MAX_POSITIONS[name],
             rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
         )
     if name == "tiny":
         return Qwen2Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MODEL_MAX_POSITIONS[name],
             rope_theta=10_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
         )
     return None

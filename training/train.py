@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, parse_args
+from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args
 from training.metrics import Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 
-NCCL_LOG_DIR = "/tmp/nccl-logs"
+NCCL_LOG_ROOT = "/tmp/nccl-logs"
 
 
 # ---------------------------------------------------------------- inside each worker
@@ -40,7 +40,7 @@ def train_func(config: dict) -> None:
     device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    transport = check_transport(cfg, context, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
+    transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
 
     model = build_model(cfg, device, rank, world)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
@@ -114,29 +114,50 @@ def maybe_inject_failure(cfg: TrainConfig, step: int, rank: int, world: int) -> 
     os._exit(1)
 
 
-def check_transport(cfg: TrainConfig, context, rank: int) -> str:
-    """Run one collective, judge this node's NCCL logs, and stop the job if EFA is required and missing."""
-    from training.transport import judge_files
+def check_transport(cfg: TrainConfig, rank: int) -> str:
+    """Run one collective, gather every rank's reading of its own NCCL log, and stop the job when
+    EFA is required and not proven (training.transport.decide)."""
+    import socket
+
+    from training.transport import decide, rank_report
 
     probe = torch.ones(1, device="cuda")
     dist.all_reduce(probe)
     torch.cuda.synchronize()
     dist.barrier()
-    verdict_line, ok = "NCCL logs not written (set --require-efa to collect them)", True
-    if context.get_local_rank() == 0:
-        logs = sorted(Path(NCCL_LOG_DIR).glob(f"{cfg.run_name}.*.log"))
-        if logs:
-            verdict = judge_files(logs, cfg.require_efa)
-            verdict_line, ok = verdict.line, verdict.ok
+    report = rank_report(rank, socket.gethostname(), own_nccl_log(cfg))
     gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (verdict_line, ok))
-    judged = [g for g in gathered if g[0] and not g[0].startswith("NCCL logs not written")] or gathered
-    failing = [line for line, passed in judged if not passed]
-    line = failing[0] if failing else judged[0][0]
+    dist.all_gather_object(gathered, report)
+    if not cfg.require_efa:
+        line = "not checked (NCCL logs are collected with --require-efa)"
+    else:
+        ok, line = decide(gathered, cfg.require_efa)
+        if not ok:
+            log(rank, f"NCCL transport: FAIL: {line}")
+            raise RuntimeError(f"--require-efa: {line}")
     log(rank, f"NCCL transport: {line}")
-    if failing and cfg.require_efa:
-        raise RuntimeError(f"--require-efa: {line}")
     return line
+
+
+def nccl_log_dir(cfg: TrainConfig) -> Path:
+    return Path(NCCL_LOG_ROOT) / cfg.run_name
+
+
+def own_nccl_log(cfg: TrainConfig) -> Path | None:
+    """This process's NCCL_DEBUG_FILE (NCCL expands %h to the host and %p to the process id)."""
+    found = sorted(nccl_log_dir(cfg).glob(f"*.{os.getpid()}.log"))
+    return found[0] if found else None
+
+
+def prepare_worker_process() -> None:
+    """Runs first in every Ray worker process, on every node (runtime_env worker_process_setup_hook).
+
+    NCCL opens NCCL_DEBUG_FILE when it initialises and, if its folder is missing, logs to stdout
+    instead; the folder made by the driver exists only on the driver's node.
+    """
+    target = os.environ.get("NCCL_DEBUG_FILE")
+    if target:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
 
 
 # ---------------------------------------------------------------- the driver
@@ -150,11 +171,22 @@ def storage_uri(path: str) -> str:
     return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())
 
 
+def runtime_env(cfg: TrainConfig) -> dict:
+    """The job's Ray runtime environment: every worker process on every node starts with it."""
+    return {"env_vars": worker_env(cfg), "worker_process_setup_hook": prepare_worker_process}
+
+
 def worker_env(cfg: TrainConfig) -> dict[str, str]:
-    """Environment every worker starts with: NCCL reads it when its first communicator starts."""
-    env = {"TOKENIZERS_PARALLELISM": "false"}
+    """Environment every worker starts with: NCCL reads it when its first communicator starts.
+
+    PYTHONPATH: Ray runs the setup hook before it adds the driver's folder to a worker's sys.path,
+    so the trainer must be importable from the start (on the pods it is the ConfigMap's mount).
+    """
+    trainer_root = str(Path(__file__).resolve().parent.parent)
+    paths = [trainer_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != trainer_root]
+    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
     if cfg.require_efa:
-        env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{NCCL_LOG_DIR}/{cfg.run_name}.%h.%p.log"}
+        env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{nccl_log_dir(cfg)}/%h.%p.log"}
     return env
 
 
@@ -164,14 +196,11 @@ def fit(cfg: TrainConfig) -> dict:
     from ray.train.torch import TorchTrainer
 
     started = time.time()
-    if cfg.require_efa:
-        Path(NCCL_LOG_DIR).mkdir(parents=True, exist_ok=True)
     if not ray.is_initialized():
         if cfg.local:
-            ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env={"env_vars": worker_env(cfg)},
-                     logging_level="ERROR")
+            ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env=runtime_env(cfg), logging_level="ERROR")
         else:
-            ray.init(address="auto", runtime_env={"env_vars": worker_env(cfg)})
+            ray.init(address="auto", runtime_env=runtime_env(cfg))
     use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
     datasets = {}
     if cfg.data not in SYNTHETIC_DATA:
@@ -218,6 +247,7 @@ def fit(cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
+        check_inputs(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

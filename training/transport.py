@@ -124,6 +124,51 @@ def judge_files(paths: list[str | Path], require_efa: bool) -> Verdict:
     return judge(comms, require_efa)
 
 
+@dataclass(frozen=True)
+class RankReport:
+    """What one training rank found in its own NCCL log (None: it wrote none)."""
+
+    rank: int
+    node: str
+    log: str | None
+    on_efa: bool = False
+    """Every communicator of this rank that spans nodes uses EFA (vacuously true on one node)."""
+    spans_nodes: bool = False
+    line: str = ""
+
+
+def rank_report(rank: int, node: str, log_path: str | Path | None) -> RankReport:
+    if log_path is None:
+        return RankReport(rank, node, None)
+    communicators = parse_log(Path(log_path).read_text(errors="replace"))
+    verdict = judge(communicators, require_efa=True)
+    return RankReport(rank, node, str(log_path), verdict.ok, any(c.spans_nodes for c in communicators), verdict.line)
+
+
+def decide(reports: list[RankReport], require_efa: bool) -> tuple[bool, str]:
+    """(may the run go on, one line why) from every rank's report.
+
+    With --require-efa, only proof passes: a rank without a log, a rank whose multi-node traffic is
+    not on EFA, or workers on several nodes with no communicator that spans them all fail. Without
+    it, the run goes on and the line says what is known.
+    """
+    nodes = sorted({r.node for r in reports})
+    missing = [r for r in reports if r.log is None]
+    if missing:
+        ranks = ", ".join(str(r.rank) for r in missing[:8]) + (", ..." if len(missing) > 8 else "")
+        hosts = ", ".join(sorted({r.node for r in missing}))
+        return not require_efa, (f"no NCCL log from {len(missing)} of {len(reports)} ranks (ranks {ranks} on {hosts}): "
+                                 "the inter-node transport cannot be verified")
+    not_efa = [r for r in reports if not r.on_efa]
+    if not_efa:
+        return not require_efa, f"rank {not_efa[0].rank} on {not_efa[0].node}: {not_efa[0].line}"
+    spanning = [r for r in reports if r.spans_nodes]
+    if len(nodes) > 1 and not spanning:
+        return not require_efa, (f"workers run on {len(nodes)} nodes, but no NCCL communicator in the logs spans "
+                                 "nodes: the inter-node transport cannot be verified")
+    return True, (spanning or reports)[0].line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.transport", description=__doc__.split("\n\n")[0])
     parser.add_argument("--require-efa", action="store_true", help="exit 1 unless every multi-node communicator uses EFA")

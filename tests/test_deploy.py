@@ -1,0 +1,43 @@
+"""`make deploy` gives the deployer cluster access when admin_principal_arn is unset (tools/deploy.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacks.settings import settings_from_files
+from tests.conftest import ROOT
+from tools.deploy import admin_context
+
+SESSION = "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Admin_0a1b/alice@example.com"
+FULL_ROLE = "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_Admin_0a1b"
+
+
+def test_assumed_role_becomes_the_roles_full_arn_from_iam():
+    args, note = admin_context(settings_from_files(ROOT / "cdk.json"), SESSION,
+                               lambda name: FULL_ROLE if name == "AWSReservedSSO_Admin_0a1b" else None)
+    assert args == ["-c", f"admin_principal_arn={FULL_ROLE}"]
+    assert note == f"cluster admin: {FULL_ROLE} (your role, from {SESSION})"
+
+
+def test_without_iam_access_the_role_arn_has_no_path_and_says_so():
+    args, note = admin_context(settings_from_files(ROOT / "cdk.json"), SESSION, lambda name: None)
+    assert args == ["-c", "admin_principal_arn=arn:aws:iam::123456789012:role/AWSReservedSSO_Admin_0a1b"]
+    assert "GetRole was refused" in note
+
+
+def test_an_iam_user_is_used_as_it_is():
+    user = "arn:aws:iam::123456789012:user/ci"
+    assert admin_context(settings_from_files(ROOT / "cdk.json"), user, lambda name: None)[0] == [
+        "-c", f"admin_principal_arn={user}"]
+
+
+def test_an_explicit_setting_wins():
+    s = settings_from_files(ROOT / "cdk.json", ["admin_principal_arn=arn:aws:iam::123456789012:role/platform"])
+    assert admin_context(s, SESSION, lambda name: pytest.fail("IAM must not be asked")) == ([], None)
+
+
+def test_a_federated_user_is_refused_with_the_way_out():
+    from stacks.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="is a federated-user, which EKS access entries do not take"):
+        admin_context(settings_from_files(ROOT / "cdk.json"), "arn:aws:sts::123456789012:federated-user/bob", lambda n: None)

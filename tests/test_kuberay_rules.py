@@ -1,0 +1,324 @@
+"""KubeRay v1.7's controller rules (cdk_constructs/kuberay_rules.py): our manifests pass, and each
+rule fires on a manifest that breaks it, naming the Go function of validation.go it comes from."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from cdk_constructs import kuberay_rules as kr
+from tests.conftest import synth_stack
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return synth_stack().training
+
+
+@pytest.fixture(scope="module")
+def synthesized(workload):
+    return [workload.ray_cluster_manifest, workload.ray_job_manifest]
+
+
+def test_synthesized_cluster_and_job_pass_every_rule(synthesized):
+    assert kr.violations(synthesized) == []
+
+
+def test_p5_variant_passes_every_rule():
+    workload = synth_stack(gpu_instance_type="p5.48xlarge", gpu_node_count=4).training
+    assert kr.violations([workload.ray_cluster_manifest, workload.ray_job_manifest]) == []
+
+
+def _cluster(synthesized) -> dict:
+    return copy.deepcopy(synthesized[0])
+
+
+def _job(synthesized) -> dict:
+    return copy.deepcopy(synthesized[1])
+
+
+def _head(cluster: dict) -> dict:
+    return cluster["spec"]["headGroupSpec"]
+
+
+def _worker(cluster: dict) -> dict:
+    return cluster["spec"]["workerGroupSpecs"][0]
+
+
+def _head_env(cluster: dict, name: str, value: str) -> None:
+    _head(cluster)["template"]["spec"]["containers"][0]["env"].append({"name": name, "value": value})
+
+
+# (what breaks the RayCluster, the Go function, a fragment of the message)
+CLUSTER_CASES = {
+    "name too long": (lambda c: c["metadata"].update(name="a" * 54), "ValidateRayClusterMetadata", "at most 53"),
+    "name not DNS-1035": (lambda c: c["metadata"].update(name="9fsdp"), "ValidateRayClusterMetadata", "DNS-1035"),
+    "name with upper case": (lambda c: c["metadata"].update(name="Fsdp"), "ValidateRayClusterMetadata", "DNS-1035"),
+    "upgrade strategy value": (lambda c: c["spec"].update(upgradeStrategy={"type": "Rolling"}),
+                               "ValidateRayClusterUpgradeOptions", "Recreate or None"),
+    "upgrade strategy on a RayJob's cluster": (
+        lambda c: (c["spec"].update(upgradeStrategy={"type": "Recreate"}),
+                   c["metadata"].setdefault("labels", {}).update({kr.ORIGINATED_FROM_CRD_LABEL: "RayJob"})),
+        "ValidateRayClusterUpgradeOptions", "created by RayJob"),
+    "head without container": (lambda c: _head(c)["template"]["spec"].update(containers=[]),
+                               "ValidateRayClusterSpec", "headGroupSpec has no container"),
+    "worker without container": (lambda c: _worker(c)["template"]["spec"].update(containers=[]),
+                                 "ValidateRayClusterSpec", "has no container"),
+    "resources twice on the head": (lambda c: _head(c).update(resources={"CPU": "1"}),
+                                    "validateRayGroupResources", "Head group sets resources both"),
+    "resources twice on a worker": (lambda c: _worker(c).update(resources={"GPU": "4"}),
+                                    "validateRayGroupResources", "gpu group sets resources both"),
+    "labels in rayStartParams": (lambda c: _worker(c)["rayStartParams"].update(labels="a=b"),
+                                 "validateRayGroupLabels", "rayStartParams['labels']"),
+    "bad label key": (lambda c: _worker(c).update(labels={"-bad": "x"}), "validateRayGroupLabels", "invalid label key"),
+    "bad label value": (lambda c: _head(c).update(labels={"ok": "no spaces allowed"}),
+                        "validateRayGroupLabels", "invalid label value"),
+    "replicas unset without autoscaler": (lambda c: _worker(c).pop("maxReplicas"),
+                                          "ValidateRayClusterSpec", "must set minReplicas and maxReplicas"),
+    "negative minReplicas": (lambda c: _worker(c).update(minReplicas=-1, maxReplicas=2),
+                             "ValidateRayClusterSpec", "negative minReplicas"),
+    "negative maxReplicas": (lambda c: _worker(c).update(minReplicas=0, maxReplicas=-1),
+                             "ValidateRayClusterSpec", "negative maxReplicas"),
+    "min above max": (lambda c: _worker(c).update(minReplicas=3, maxReplicas=2),
+                      "ValidateRayClusterSpec", "greater than maxReplicas"),
+    "negative idle timeout": (lambda c: _worker(c).update(idleTimeoutSeconds=-5),
+                              "validateWorkerGroupIdleTimeout", "negative"),
+    "idle timeout without autoscaler v2": (lambda c: _worker(c).update(idleTimeoutSeconds=60),
+                                           "validateWorkerGroupIdleTimeout", "needs autoscaler v2"),
+    "priority on old Ray": (lambda c: (_worker(c).update(priority=5), c["spec"].update(rayVersion="2.50.0")),
+                            "validateWorkerGroupPriority", "2.56.0"),
+    "priority without autoscaler v2": (lambda c: (_worker(c).update(priority=5), c["spec"].update(rayVersion="2.58.0")),
+                                       "validateWorkerGroupPriority", "needs autoscaler v2"),
+    "suspended worker group under the autoscaler": (
+        lambda c: (_worker(c).update(suspend=True), c["spec"].update(enableInTreeAutoscaling=True)),
+        "ValidateRayClusterSpec", "cannot be suspended with the autoscaler"),
+    "ft annotation and options": (
+        lambda c: (c["metadata"].update(annotations={kr.FT_ENABLED_ANNOTATION: "true"}),
+                   c["spec"].update(gcsFaultToleranceOptions={"redisAddress": "redis:6379"})),
+        "ValidateRayClusterSpec", "are both set"),
+    "redis address without fault tolerance": (lambda c: _head_env(c, "RAY_REDIS_ADDRESS", "redis:6379"),
+                                              "ValidateRayClusterSpec", "without gcsFaultToleranceOptions"),
+    "redis password in rayStartParams": (
+        lambda c: (c["spec"].update(gcsFaultToleranceOptions={"redisAddress": "r:6379"}),
+                   _head(c)["rayStartParams"].update({"redis-password": "x"})),
+        "ValidateRayClusterSpec", "redis-password"),
+    "REDIS_PASSWORD env with fault tolerance": (
+        lambda c: (c["spec"].update(gcsFaultToleranceOptions={"redisAddress": "r:6379"}), _head_env(c, "REDIS_PASSWORD", "x")),
+        "ValidateRayClusterSpec", "REDIS_PASSWORD"),
+    "external storage annotation with options": (
+        lambda c: (c["spec"].update(gcsFaultToleranceOptions={"redisAddress": "r:6379"}),
+                   c["metadata"].update(annotations={kr.EXTERNAL_STORAGE_NS_ANNOTATION: "ns"})),
+        "ValidateRayClusterSpec", "external-storage-namespace"),
+    "rocksdb backend without its gate": (
+        lambda c: c["spec"].update(gcsFaultToleranceOptions={"backend": "rocksdb"}),
+        "validateGcsFaultToleranceBackend", "GCSFaultToleranceEmbeddedStorage"),
+    "storage with the redis backend": (
+        lambda c: c["spec"].update(gcsFaultToleranceOptions={"redisAddress": "r:6379", "storage": {"size": "1Gi"}}),
+        "validateGcsFaultToleranceBackend", "rocksdb backend only"),
+    "redis username": (lambda c: _head(c)["rayStartParams"].update({"redis-username": "u"}),
+                       "ValidateRayClusterSpec", "redis username"),
+    "autoscaler v2 env without autoscaler": (lambda c: _head_env(c, "RAY_enable_autoscaler_v2", "true"),
+                                             "ValidateRayClusterSpec", "enableInTreeAutoscaling is off"),
+    "autoscaler version twice": (
+        lambda c: (c["spec"].update(enableInTreeAutoscaling=True, autoscalerOptions={"version": "v2"}),
+                   _head_env(c, "RAY_enable_autoscaler_v2", "1")),
+        "ValidateRayClusterSpec", "are both set"),
+    "restart policy under autoscaler v2": (
+        lambda c: (c["spec"].update(enableInTreeAutoscaling=True, autoscalerOptions={"version": "v2"}),
+                   _worker(c)["template"]["spec"].update(restartPolicy="Always")),
+        "ValidateRayClusterSpec", "restartPolicy of gpu"),
+    "negative autoscaler idle timeout": (lambda c: c["spec"].update(autoscalerOptions={"idleTimeoutSeconds": -1}),
+                                         "ValidateRayClusterSpec", "idleTimeoutSeconds -1"),
+    "autoscaler start command in env": (
+        lambda c: c["spec"].update(autoscalerOptions={"env": [{"name": "KUBERAY_GEN_AUTOSCALER_START_CMD", "value": "x"}]}),
+        "ValidateRayClusterSpec", "KUBERAY_GEN_AUTOSCALER_START_CMD"),
+    "history server without its gate": (lambda c: c["spec"].update(historyServerOptions={}),
+                                        "ValidateRayClusterSpec", "RayClusterHistoryServer"),
+    "network policy without its gate": (lambda c: c["spec"].update(networkPolicy={}),
+                                        "ValidateRayClusterSpec", "RayClusterNetworkPolicy"),
+    "TLS without its gate": (lambda c: c["spec"].update(tlsOptions={}), "ValidateRayClusterSpec", "RayClusterMTLS"),
+    "token auth without rayVersion": (lambda c: c["spec"].update(authOptions={"mode": "token"}),
+                                      "ValidateRayClusterSpec", "needs rayVersion"),
+    "token auth with a bad rayVersion": (lambda c: c["spec"].update(authOptions={"mode": "token"}, rayVersion="latest"),
+                                         "ValidateRayClusterSpec", "is not a version"),
+    "token auth on old Ray": (lambda c: c["spec"].update(authOptions={"mode": "token"}, rayVersion="2.51.1"),
+                              "ValidateRayClusterSpec", "2.52.0 or later"),
+    "k8s token auth on old Ray": (
+        lambda c: c["spec"].update(authOptions={"mode": "token", "enableK8sTokenAuth": True}, rayVersion="2.54.0"),
+        "ValidateRayClusterSpec", "2.55.0 or later"),
+    "k8s token auth with a secret": (
+        lambda c: c["spec"].update(authOptions={"mode": "token", "enableK8sTokenAuth": True, "secretName": "s"},
+                                   rayVersion="2.58.0"),
+        "ValidateRayClusterSpec", "secretName are both set"),
+    "k8s token auth without token mode": (lambda c: c["spec"].update(authOptions={"enableK8sTokenAuth": True}),
+                                          "ValidateRayClusterSpec", "needs authOptions.mode token"),
+}
+
+
+@pytest.mark.parametrize("case", CLUSTER_CASES)
+def test_cluster_rule_fires(synthesized, case):
+    breaks, rule, fragment = CLUSTER_CASES[case]
+    cluster = _cluster(synthesized)
+    breaks(cluster)
+    found = [(r, m) for r, m in kr.ray_cluster_violations(cluster)]
+    assert any(r == rule and fragment in m for r, m in found), found
+
+
+def _selector_job(j: dict) -> dict:
+    return j["spec"]
+
+
+JOB_CASES = {
+    "name too long": (lambda j: j["metadata"].update(name="a" * 48), "ValidateRayJobMetadata", "at most 47"),
+    "name not DNS-1035": (lambda j: j["metadata"].update(name="ft_run"), "ValidateRayJobMetadata", "DNS-1035"),
+    "backoffLimit with clusterSelector": (lambda j: j["spec"].update(backoffLimit=1),
+                                          "ValidateRayJobSpec", "incompatible with clusterSelector"),
+    "negative backoffLimit": (lambda j: j["spec"].update(backoffLimit=-1), "ValidateRayJobSpec", "is negative"),
+    "backoffLimit in InteractiveMode": (
+        lambda j: (j["spec"].pop("clusterSelector"), j["spec"].update(rayClusterSpec={"headGroupSpec": {
+            "template": {"spec": {"containers": [{"name": "h"}]}}}}, submissionMode="InteractiveMode", backoffLimit=1)),
+        "ValidateRayJobSpec", "incompatible with InteractiveMode"),
+    "suspend without shutdown": (lambda j: j["spec"].update(suspend=True), "ValidateRayJobSpec", "suspend needs shutdownAfterJobFinishes"),
+    "suspend with clusterSelector": (lambda j: j["spec"].update(suspend=True, shutdownAfterJobFinishes=True),
+                                     "ValidateRayJobSpec", "does not support suspend"),
+    "negative ttl": (lambda j: j["spec"].update(ttlSecondsAfterFinished=-1), "ValidateRayJobSpec", "negative"),
+    "ttl without shutdown": (lambda j: j["spec"].update(ttlSecondsAfterFinished=60),
+                             "validateDeletionConfiguration", "needs shutdownAfterJobFinishes"),
+    "no cluster at all": (lambda j: j["spec"].pop("clusterSelector"), "ValidateRayJobSpec", "one of rayClusterSpec or clusterSelector"),
+    "empty cluster name": (lambda j: j["spec"].update(clusterSelector={"ray.io/cluster": ""}),
+                           "ValidateRayJobSpec", "must name a cluster"),
+    "clusterSelector in SidecarMode": (lambda j: j["spec"].update(submissionMode="SidecarMode"),
+                                       "ValidateRayJobSpec", "not supported in SidecarMode"),
+    "submitterConfig in SidecarMode": (lambda j: j["spec"].update(submissionMode="SidecarMode"),
+                                       "ValidateRayJobSpec", "SidecarMode does not support submitterConfig"),
+    "submitter template in SidecarMode": (
+        lambda j: j["spec"].update(submissionMode="SidecarMode", submitterPodTemplate={}),
+        "ValidateRayJobSpec", "does not support submitterPodTemplate"),
+    "unknown submission mode": (lambda j: j["spec"].update(submissionMode="Batch"), "ValidateRayJobSpec", "is not one of"),
+    "zero deadline": (lambda j: j["spec"].update(activeDeadlineSeconds=0), "ValidateRayJobSpec", "activeDeadlineSeconds must be a positive"),
+    "negative pre-running deadline": (lambda j: j["spec"].update(preRunningDeadlineSeconds=-3),
+                                      "ValidateRayJobSpec", "preRunningDeadlineSeconds must be a positive"),
+    "runtime env not YAML": (lambda j: j["spec"].update(runtimeEnvYAML="a: [b"), "ValidateRayJobSpec", "not YAML"),
+    "k8s token auth on a RayJob's cluster": (
+        lambda j: (j["spec"].pop("clusterSelector"), j["spec"].update(rayClusterSpec={
+            "rayVersion": "2.58.0", "authOptions": {"mode": "token", "enableK8sTokenAuth": True},
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}}})),
+        "ValidateRayJobSpec", "not supported for RayJob"),
+    "embedded cluster spec is checked too": (
+        lambda j: (j["spec"].pop("clusterSelector"), j["spec"].update(rayClusterSpec={
+            "headGroupSpec": {"template": {"spec": {"containers": []}}}})),
+        "ValidateRayClusterSpec", "headGroupSpec has no container"),
+    "empty deletion strategy": (
+        lambda j: j["spec"].update(deletionStrategy={"deletionRules": []}),
+        "validateDeletionConfiguration", "needs onSuccess and onFailure, or deletionRules"),
+    "deletion rules with shutdown": (
+        lambda j: j["spec"].update(shutdownAfterJobFinishes=True, deletionStrategy={
+            "deletionRules": [{"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED"}}]}),
+        "validateDeletionConfiguration", "are exclusive"),
+    "legacy and rules together": (
+        lambda j: j["spec"].update(deletionStrategy={
+            "onSuccess": {"policy": "DeleteSelf"},
+            "deletionRules": [{"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED"}}]}),
+        "validateDeletionConfiguration", "are exclusive"),
+    "legacy policy half set": (lambda j: j["spec"].update(deletionStrategy={"onSuccess": {"policy": "DeleteSelf"}}),
+                               "validateLegacyDeletionPolicies", "both onSuccess and onFailure"),
+    "legacy DeleteCluster in clusterSelector mode": (
+        lambda j: j["spec"].update(deletionStrategy={"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteNone"}}),
+        "validateLegacyDeletionPolicies", "cannot use DeleteCluster on success"),
+    "deletion rule with both conditions": (
+        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+            {"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}}]}),
+        "validateDeletionRules", "exactly one of jobStatus"),
+    "deletion rule deleting our cluster": (
+        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+            {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}]}),
+        "validateDeletionRules", "not supported in clusterSelector mode"),
+    "duplicate deletion rule": (
+        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+            {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED"}},
+            {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": 5}}]}),
+        "validateDeletionRules", "duplicate DeleteSelf"),
+    "negative rule ttl": (
+        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+            {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": -1}}]}),
+        "validateDeletionRules", "ttlSeconds is negative"),
+}
+
+
+@pytest.mark.parametrize("case", JOB_CASES)
+def test_job_rule_fires(synthesized, case):
+    breaks, rule, fragment = JOB_CASES[case]
+    job = _job(synthesized)
+    breaks(job)
+    found = kr.ray_job_violations(job)
+    assert any(r == rule and fragment in m for r, m in found), found
+
+
+def test_ttl_order_across_rules_is_checked():
+    job = {"metadata": {"name": "j"}, "spec": {
+        "rayClusterSpec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}}},
+        "deletionStrategy": {"deletionRules": [
+            {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 100}},
+            {"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 10}}]}}}
+    assert ("validateTTLConsistency", "for jobStatus SUCCEEDED: DeleteSelf TTL 10 must be >= DeleteCluster TTL 100") \
+        in kr.ray_job_violations(job)
+
+
+def test_deletion_strategy_refused_when_its_gate_is_off(synthesized):
+    job = _job(synthesized)
+    job["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteSelf"}, "onFailure": {"policy": "DeleteNone"}}
+    assert kr.ray_job_violations(job) == []  # on by default in v1.7 (Beta)
+    assert kr.ray_job_violations(job, {"RayJobDeletionPolicy": False}) == [
+        ("validateDeletionConfiguration", "deletionStrategy needs the RayJobDeletionPolicy feature gate")]
+
+
+def test_suspended_worker_group_needs_the_deletion_policy_gate(synthesized):
+    cluster = _cluster(synthesized)
+    _worker(cluster)["suspend"] = True
+    assert kr.ray_cluster_violations(cluster) == []
+    assert kr.ray_cluster_violations(cluster, {"RayJobDeletionPolicy": False}) == [
+        ("ValidateRayClusterSpec", "worker group gpu can be suspended only with the RayJobDeletionPolicy gate")]
+
+
+def test_job_must_select_a_cluster_that_the_manifests_create(synthesized):
+    job = _job(synthesized)
+    job["spec"]["clusterSelector"]["ray.io/cluster"] = "fsdp-other"
+    [violation] = kr.violations([synthesized[0], job])
+    assert violation.rule == "getOrCreateRayClusterInstance" and "'fsdp-other'" in violation.message
+
+
+def test_violation_line_names_object_and_go_function(synthesized):
+    job = _job(synthesized)
+    job["spec"]["backoffLimit"] = 1
+    [violation] = kr.violations([synthesized[0], job])
+    assert violation.line().startswith(f"RayJob {job['metadata']['name']}: backoffLimit 1 is incompatible")
+    assert violation.line().endswith("[KubeRay v1.7 ValidateRayJobSpec]")
+
+
+@pytest.mark.parametrize("key,ok", [
+    ("app", True), ("ray.io/cluster", True), ("a/b/c", False), ("-x", False), ("Example.com/x", False),
+    ("x" * 63, True), ("x" * 64, False), ("example.com/", False),
+])
+def test_label_key_rules(key, ok):
+    assert kr.is_qualified_name(key) is ok
+
+
+@pytest.mark.parametrize("text,parsed", [("2.58.0", (2, 58, 0)), ("v2.52", (2, 52)), ("2", None), ("latest", None)])
+def test_generic_version_parsing(text, parsed):
+    assert kr.parse_generic_version(text) == parsed
+
+
+def test_construct_refuses_a_manifest_kuberay_would_refuse(monkeypatch):
+    from cdk_constructs import ray_manifests
+
+    original = ray_manifests.ray_job_manifest
+
+    def with_backoff(spec):
+        manifest = original(spec)
+        manifest["spec"]["backoffLimit"] = 1  # what this project shipped before: refused by KubeRay >= 1.6
+        return manifest
+
+    monkeypatch.setattr(ray_manifests, "ray_job_manifest", with_backoff)
+    with pytest.raises(ValueError, match=r"backoffLimit 1 is incompatible with clusterSelector mode .*ValidateRayJobSpec"):
+        synth_stack()

@@ -1,0 +1,141 @@
+"""The trainer's options: every refusal of training/config.py fires, as one line naming the option,
+and `check_inputs` finds a missing model or data before Ray starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training.config import MAX_STEPS, ConfigError, TrainConfig, check_inputs, parse_args, validate
+from training.train import main
+
+REFUSED = [
+    (["--steps", "0"], r"--steps: 0 must be between 1 and 10,000,000"),
+    (["--steps", "-3"], r"--steps: -3 must be between 1 and"),
+    (["--steps", str(MAX_STEPS + 1)], r"--steps: 10000001 must be between 1 and 10,000,000"),
+    (["--steps", "ten"], r"--steps: 'ten' is not an integer"),
+    (["--seq-len", "4"], r"--seq-len: 4 must be between 8 and 131072"),
+    (["--seq-len", "200000"], r"--seq-len: 200000 must be between 8 and 131072"),
+    (["--model", "tiny", "--seq-len", "8192"], r"--seq-len: 8192 exceeds tiny's 4096 positions"),
+    (["--model", "Qwen/Qwen2.5-1.5B", "--seq-len", "65536"], r"--seq-len: 65536 exceeds Qwen/Qwen2.5-1.5B's 32768 positions"),
+    (["--micro-batch", "0"], r"--micro-batch: 0 must be between 1 and 4096"),
+    (["--micro-batch", "5000"], r"--micro-batch: 5000 must be between 1 and 4096"),
+    (["--grad-accum", "0"], r"--grad-accum: 0 must be between 1 and 65536"),
+    (["--lr", "0"], r"--lr: 0.0 must be in \(0, 1\)"),
+    (["--lr", "1.5"], r"--lr: 1.5 must be in \(0, 1\)"),
+    (["--lr", "fast"], r"--lr: 'fast' is not a number"),
+    (["--min-lr-ratio", "2"], r"--min-lr-ratio: 2.0 must be in \[0, 1\]"),
+    (["--warmup-steps", "-1"], r"--warmup-steps: -1 must be between 0 and"),
+    (["--weight-decay", "-0.1"], r"--weight-decay: -0.1 must be in \[0, 1\)"),
+    (["--grad-clip", "-1"], r"--grad-clip: -1.0 must be 0 or more"),
+    (["--steps", "10", "--checkpoint-every", "20"], r"--checkpoint-every: 20 must be between 0 \(only at the end\) and the number of steps \(10\)"),
+    (["--checkpoint-every", "-1"], r"--checkpoint-every: -1 must be between 0"),
+    (["--max-failures", "-2"], r"--max-failures: -2 must be -1 \(unlimited\) or between 0 and 1000"),
+    (["--loss-chunk-tokens", "0"], r"--loss-chunk-tokens: 0 must be between 1 and"),
+    (["--profile", "a100"], r"--profile: 'a100' is not one of h200, l4"),
+    (["--workers", "0"], r"--workers: 0 must be between 1 and 4096"),
+    (["--log-every", "0"], r"--log-every: 0 must be between 1 and"),
+    (["--peak-tflops", "0"], r"--peak-tflops: 0.0 must be positive"),
+    (["--run-name", "a b"], r"--run-name: 'a b' must start with a letter"),
+    (["--run-name", ".."], r"--run-name: '..' must start with a letter"),
+    (["--run-name", "run..x"], r"--run-name: 'run..x' .* \(no '..'\)"),
+    (["--run-name", ".hidden"], r"--run-name: '.hidden' must start with a letter"),
+    (["--run-name", "a/../../etc"], r"--run-name: 'a/../../etc' must start"),
+    (["--model", "gpt-17"], r"--model: 'gpt-17' is not a built-in"),
+    (["--model", "org/name; rm -rf /"], r"--model: 'org/name; rm -rf /' is not a built-in"),
+    (["--model", "s3://Bad_Bucket/m"], r"--model: 's3://Bad_Bucket/m' must be s3://bucket/prefix with a valid bucket name"),
+    (["--storage-path", "gs://bucket/x"], r"--storage-path: 'gs://bucket/x' must be a local path, file:// or s3://bucket/prefix"),
+    (["--storage-path", "s3://"], r"--storage-path: 's3://' must be s3://bucket/prefix"),
+    (["--storage-path", "file://relative"], r"--storage-path: 'file://relative' must be an absolute file:///path"),
+    (["--storage-path", "/runs dir"], r"--storage-path: '/runs dir' may hold only"),
+    (["--data", "hdfs://x/y.jsonl"], r"--data: 'hdfs://x/y.jsonl' must be a local path, file:// or s3://bucket/prefix"),
+    (["--data", "/x/train.csv"], r"--data: '/x/train.csv' must be random, pattern, a .jsonl/.json/.parquet file"),
+    (["--data", "/x/$(id).jsonl"], r"--data: .* may hold only letters, digits"),
+    (["--text-field", "a.b"], r"--text-field: 'a.b' must be a field name"),
+    (["--cache-dir", "s3://bucket/cache"], r"--cache-dir: 's3://bucket/cache' must be a local path"),
+    (["--inject-failure-at-step", "9", "--steps", "5"], r"--inject-failure-at-step: 9 must be between 1 and the number of steps \(5\)"),
+    (["--no-such-option", "1"], r"unrecognized arguments: --no-such-option 1"),
+]
+
+
+@pytest.mark.parametrize("argv,message", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_refusal_is_one_line_naming_the_option(argv, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        parse_args(argv)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--model", "qwen2.5-1.5b", "--seq-len", "32768"],
+    ["--model", "./models/mine", "--data", "s3://my-bucket/data/"],
+    ["--run-name", "ft-0123456789", "--storage-path", "s3://my.bucket-1/runs", "--data", "file:///data/train.parquet"],
+    ["--steps", "5", "--warmup-steps", "10", "--max-failures", "-1"],
+])
+def test_accepted(argv):
+    parse_args(argv)
+
+
+def test_cli_prints_one_line_without_traceback(capsys):
+    assert main(["--steps", "-1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --steps: -1 must be between 1 and 10,000,000"
+
+
+def test_missing_local_model_is_refused_before_ray_starts(tmp_path, capsys):
+    assert main(["--model", str(tmp_path / "nope"), "--local"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --model: '{tmp_path / 'nope'}' is not a folder with a config.json (a saved Hugging Face model)"
+
+
+def test_missing_local_data_is_refused_before_ray_starts(tmp_path, capsys):
+    assert main(["--data", str(tmp_path / "train.jsonl"), "--local"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --data: '{tmp_path / 'train.jsonl'}' does not exist on this machine"
+
+
+def test_local_model_shorter_than_seq_len_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    cfg = validate(TrainConfig(model=str(tmp_path), seq_len=1024))
+    with pytest.raises(ConfigError, match=r"--seq-len: 1024 exceeds the model's 512 positions"):
+        check_inputs(cfg)
+
+
+def test_unreadable_model_config_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(ConfigError, match=r"--model: .*config.json cannot be read"):
+        check_inputs(validate(TrainConfig(model=str(tmp_path))))
+
+
+@pytest.fixture
+def s3(monkeypatch):
+    import boto3
+    from moto import mock_aws
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="data-bucket")
+        yield client
+
+
+def test_missing_s3_data_is_refused(s3):
+    with pytest.raises(ConfigError, match=r"^--data: s3://data-bucket/missing.jsonl does not exist$"):
+        check_inputs(validate(TrainConfig(data="s3://data-bucket/missing.jsonl")))
+
+
+def test_s3_model_without_config_is_refused(s3):
+    s3.put_object(Bucket="data-bucket", Key="models/m/tokenizer.json", Body=b"{}")
+    with pytest.raises(ConfigError, match=r"^--model: s3://data-bucket/models/m/config.json does not exist$"):
+        check_inputs(validate(TrainConfig(model="s3://data-bucket/models/m")))
+
+
+def test_s3_data_folder_and_missing_bucket(s3):
+    s3.put_object(Bucket="data-bucket", Key="data/part-0.parquet", Body=b"x")
+    check_inputs(validate(TrainConfig(data="s3://data-bucket/data/")))
+    with pytest.raises(ConfigError, match=r"^--data: cannot read s3://no-bucket/x.jsonl: .*NoSuchBucket"):
+        check_inputs(validate(TrainConfig(data="s3://no-bucket/x.jsonl")))
+
+
+def test_present_inputs_pass(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    (tmp_path / "train.jsonl").write_text('{"text": "a"}\n')
+    check_inputs(validate(TrainConfig(model=str(tmp_path), data=str(tmp_path / "train.jsonl"), seq_len=1024)))
