@@ -35,8 +35,9 @@ synth: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet $(CDK_ARGS)
 	$(PY) -m tools.review cdk.out
 
+# What `make deploy` would change, with the same filled-in settings (your access entry and address).
 diff: $(VENV)/.synth-deps node_modules/.installed
-	$(CDK) diff $(CDK_ARGS)
+	$(PY) -m tools.deploy --diff --cdk $(CDK) $(CDK_ARGS)
 
 # Capacity, quota, EFA, reservation and version checks with your AWS credentials (read-only).
 preflight: $(VENV)/.synth-deps node_modules/.installed

@@ -32,11 +32,13 @@ class EksClusterProps:
     kubernetes_version: str = "1.36"
     endpoint_access: str = "public_and_private"
     endpoint_public_cidrs: tuple[str, ...] = ()
+    """Who may reach the public endpoint; none given leaves it open to 0.0.0.0/0 (with a warning)."""
     admin_principal_arn: str | None = None
     """An IAM role or user ARN (see stacks.settings.access_entry_principal)."""
     admin_principal_note: str | None = None
     """Shown as a synth warning, e.g. that an STS session ARN was converted to its role's."""
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+    log_encryption_key: kms.IKey | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -56,6 +58,23 @@ def kubectl_layer(scope: Construct, version: str):
     return getattr(importlib.import_module(module), name)(scope, "KubectlLayer")
 
 
+# What the kubectl handler's role keeps: Lambda's logs and its network interfaces in the VPC.
+KUBECTL_HANDLER_POLICIES = ("service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole")
+
+
+def trim_kubectl_handler_role(cluster: eks.Cluster) -> None:
+    """aws-cdk-lib gives the kubectl handler ECR read on every repository of the account (and ECR
+    Public read) so that Helm can pull charts stored as OCI images. Our charts come from HTTPS
+    repositories: the handler keeps only what it runs on (its access entry gives it the cluster)."""
+    from aws_cdk import Fn
+
+    role = cluster.kubectl_provider.role.node.default_child
+    # On the resource's own property (not an override), so that cdk-nag reads what CloudFormation gets.
+    role.managed_policy_arns = [
+        Fn.join("", ["arn:", Fn.ref("AWS::Partition"), f":iam::aws:policy/{name}"]) for name in KUBECTL_HANDLER_POLICIES]
+    cluster.kubectl_provider.node.find_child("Handler").node.try_remove_child("HasEcrPublic")
+
+
 class EksCluster(Construct):
     """EKS with envelope-encrypted secrets, control-plane logs and no default capacity."""
 
@@ -65,7 +84,7 @@ class EksCluster(Construct):
         # goes with the stack instead of growing forever.
         self.control_plane_logs = logs.LogGroup(
             self, "ControlPlaneLogs", log_group_name=f"/aws/eks/{props.cluster_name}/cluster",
-            retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY,
+            retention=props.log_retention, encryption_key=props.log_encryption_key, removal_policy=RemovalPolicy.DESTROY,
         )
         self.secrets_key = kms.Key(
             self, "SecretsKey", enable_key_rotation=True,
@@ -80,6 +99,9 @@ class EksCluster(Construct):
             vpc_subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             default_capacity=0,
+            # Off: otherwise the deploying role gets a cluster-admin entry that the template does not
+            # show. Access is explicit access entries only (the kubectl handler's, admin_principal_arn).
+            bootstrap_cluster_creator_admin_permissions=False,
             endpoint_access=endpoint_access(props.endpoint_access, props.endpoint_public_cidrs),
             secrets_encryption_key=self.secrets_key,
             cluster_logging=list(CONTROL_PLANE_LOGS),
@@ -89,11 +111,18 @@ class EksCluster(Construct):
             tags=props.tags or None,
         )
         self.cluster.node.add_dependency(self.control_plane_logs)
-        if props.endpoint_access != "private" and "0.0.0.0/0" in props.endpoint_public_cidrs:
+        trim_kubectl_handler_role(self.cluster)
+        if props.endpoint_access != "private" and (not props.endpoint_public_cidrs or "0.0.0.0/0" in props.endpoint_public_cidrs):
             Annotations.of(self).add_warning_v2(
                 "eks-fsdp-efa:open-endpoint",
-                "The EKS API endpoint is reachable from 0.0.0.0/0 (authenticated by IAM); "
-                "set endpoint_public_cidrs to your own ranges.",
+                "The EKS API endpoint is reachable from 0.0.0.0/0 (authenticated by IAM); `make deploy` "
+                "narrows it to your address, or set endpoint_public_cidrs to your own ranges.",
+            )
+        if not props.admin_principal_arn:
+            Annotations.of(self).add_warning_v2(
+                "eks-fsdp-efa:no-admin",
+                "No person has access to the cluster (creator admin is off): `make deploy` adds your identity, "
+                "or set admin_principal_arn.",
             )
         if props.admin_principal_note:
             Annotations.of(self).add_warning_v2("eks-fsdp-efa:admin-principal", props.admin_principal_note)

@@ -30,6 +30,8 @@ class KubeRayOperatorProps:
 
 
 class KubeRayOperator(Construct):
+    namespace = KUBERAY_NAMESPACE
+
     def __init__(self, scope: Construct, id: str, props: KubeRayOperatorProps) -> None:
         super().__init__(scope, id)
         # wait: the CRDs and webhook must be serving before a RayCluster is applied.

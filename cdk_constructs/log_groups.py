@@ -9,7 +9,9 @@ function references its group, so CloudFormation deletes the group after the fun
 
 from __future__ import annotations
 
-from aws_cdk import CfnResource, RemovalPolicy
+from aws_cdk import Aws, CfnResource, Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -27,6 +29,24 @@ RETENTION_DAYS = {
 }
 
 
+def logs_encryption_key(scope: Construct, id: str) -> kms.Key:
+    """A KMS key for the stack's log groups (VPC flow logs name internal addresses and ports).
+
+    CloudWatch Logs encrypts with it on the log groups' behalf, only for log groups of this account
+    and region (the encryption context condition of the CloudWatch Logs user guide, "Encrypt log
+    data in CloudWatch Logs using AWS KMS"). The logs go with the stack, so does the key.
+    """
+    key = kms.Key(scope, id, enable_key_rotation=True, removal_policy=RemovalPolicy.DESTROY,
+                  pending_window=Duration.days(7), description="Encryption of the stack's CloudWatch log groups")
+    key.add_to_resource_policy(iam.PolicyStatement(
+        principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+        actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+        resources=["*"],
+        conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"}},
+    ))
+    return key
+
+
 def lambda_functions(scope: Construct) -> list[CfnResource]:
     return [c for c in scope.node.find_all() if isinstance(c, CfnResource) and c.cfn_resource_type == LAMBDA_FUNCTION]
 
@@ -34,10 +54,12 @@ def lambda_functions(scope: Construct) -> list[CfnResource]:
 class LambdaLogGroups(Construct):
     """One log group per Lambda function under `target`, each function logging to its own."""
 
-    def __init__(self, scope: Construct, id: str, target: Construct, retention: logs.RetentionDays) -> None:
+    def __init__(self, scope: Construct, id: str, target: Construct, retention: logs.RetentionDays,
+                 encryption_key: kms.IKey | None = None) -> None:
         super().__init__(scope, id)
         self.groups: dict[str, logs.LogGroup] = {}
         for function in lambda_functions(target):
-            group = logs.LogGroup(self, function.node.addr[:16], retention=retention, removal_policy=RemovalPolicy.DESTROY)
+            group = logs.LogGroup(self, function.node.addr[:16], retention=retention, encryption_key=encryption_key,
+                                  removal_policy=RemovalPolicy.DESTROY)
             function.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
             self.groups[function.node.path] = group

@@ -8,6 +8,7 @@ import ipaddress
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -32,6 +33,7 @@ class NetworkProps:
     cidr: str = "10.0.0.0/16"
     nat_gateways: int = 1
     flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+    log_encryption_key: kms.IKey | None = None
 
 
 class Network(Construct):
@@ -69,7 +71,7 @@ class Network(Construct):
             subnets=[ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)],
         )
         flow_log_group = logs.LogGroup(
-            self, "FlowLogs", retention=props.flow_log_retention,
+            self, "FlowLogs", retention=props.flow_log_retention, encryption_key=props.log_encryption_key,
             removal_policy=RemovalPolicy.DESTROY,
         )
         self.vpc.add_flow_log(

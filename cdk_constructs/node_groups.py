@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
-from constructs import Construct
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IDependable
 
 from cdk_constructs.instance_types import INSTANCE_TYPES, efa_network_interfaces
 
@@ -23,11 +25,13 @@ def launch_template_data(
 ) -> dict:
     """Launch-template data shared by both node groups.
 
-    IMDSv2 only, with hop limit 2 so that pods (one hop further) still reach it; an
-    encrypted gp3 root volume. No subnet and no instance profile: the node group sets both.
+    IMDSv2 only, with hop limit 1: a container one network hop away cannot reach it, so no pod
+    can take the node role. The pods that need AWS use EKS Pod Identity; those that need IMDS
+    (aws-node, kube-proxy, the Pod Identity agent) run on the host network. An encrypted gp3
+    root volume. No subnet and no instance profile: the node group sets both.
     """
     data: dict = {
-        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2, "HttpEndpoint": "enabled"},
+        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
         "BlockDeviceMappings": [
             {
                 "DeviceName": "/dev/xvda",
@@ -46,6 +50,19 @@ def launch_template_data(
     return data
 
 
+def node_role(scope: Construct) -> iam.Role:
+    """What a node itself needs: join the cluster (and serve Pod Identity), pull images.
+
+    No AmazonEKS_CNI_Policy (the VPC CNI has its own role, cdk_constructs/vpc_cni.py) and ECR
+    pull-only rather than read-only (which also lists and describes every repository).
+    """
+    return iam.Role(
+        scope, "NodeRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name)
+                          for name in ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly")],
+    )
+
+
 def _launch_template(scope: Construct, data: dict) -> ec2.CfnLaunchTemplate:
     template = ec2.CfnLaunchTemplate(
         scope, "LaunchTemplate", launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty()
@@ -62,6 +79,8 @@ class SystemNodeGroupProps:
     node_count: int = 1
     disk_gib: int = 80
     """The Ray head runs here from the multi-GiB training image (the reference used 80 GiB)."""
+    requires: Sequence[IDependable] = ()
+    """What must exist before nodes join: the VPC CNI add-on with its own credentials."""
 
 
 class SystemNodeGroup(Construct):
@@ -70,8 +89,9 @@ class SystemNodeGroup(Construct):
     def __init__(self, scope: Construct, id: str, props: SystemNodeGroupProps) -> None:
         super().__init__(scope, id)
         template = _launch_template(self, launch_template_data(props.disk_gib))
+        self.role = node_role(self)
         self.nodegroup = props.cluster.add_nodegroup_capacity(
-            "SystemNodes",
+            "SystemNodes", node_role=self.role,
             instance_types=[ec2.InstanceType(props.instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             min_size=props.node_count, desired_size=props.node_count, max_size=props.node_count,
@@ -79,6 +99,8 @@ class SystemNodeGroup(Construct):
             subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
         )
+        if props.requires:
+            self.nodegroup.node.add_dependency(*props.requires)
 
 
 @dataclass(frozen=True)
@@ -91,6 +113,8 @@ class GpuNodeGroupProps:
     taint: bool = True
     placement_group: bool = True
     capacity_reservation_id: str | None = None
+    requires: Sequence[IDependable] = ()
+    """What must exist before nodes join: the VPC CNI add-on with its own credentials."""
 
 
 class GpuNodeGroup(Construct):
@@ -125,8 +149,9 @@ class GpuNodeGroup(Construct):
                 capacity_reservation_id=props.capacity_reservation_id,
             ),
         )
+        self.role = node_role(self)
         self.nodegroup = props.cluster.add_nodegroup_capacity(
-            "GpuNodes",
+            "GpuNodes", node_role=self.role,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
             capacity_type=eks.CapacityType.ON_DEMAND,
             min_size=props.node_count, desired_size=props.node_count, max_size=props.node_count,
@@ -142,3 +167,5 @@ class GpuNodeGroup(Construct):
         # lacks some EFA types (p5) and would refuse the NVIDIA AMI; our own table validated it.
         cfn_nodegroup = self.nodegroup.node.default_child
         cfn_nodegroup.add_property_override("InstanceTypes", [props.instance_type])
+        if props.requires:
+            self.nodegroup.node.add_dependency(*props.requires)

@@ -87,8 +87,20 @@ def trainer_configmap(name: str, namespace: str, files: dict[str, str]) -> dict:
     return manifest
 
 
-def namespace_manifest(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+def namespace_manifest(name: str, kubernetes_version: str) -> dict:
+    """The training namespace under Pod Security Admission: baseline enforced (no privileged pods,
+    host namespaces or added capabilities), restricted reported."""
+    version = f"v{kubernetes_version}"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
+        "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/enforce-version": version,
+        "pod-security.kubernetes.io/warn": "restricted", "pod-security.kubernetes.io/warn-version": version,
+        "pod-security.kubernetes.io/audit": "restricted", "pod-security.kubernetes.io/audit-version": version,
+    }}}
+
+
+def service_account_manifest(name: str, namespace: str, automount_token: bool) -> dict:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace},
+            "automountServiceAccountToken": automount_token}
 
 
 @dataclass(frozen=True)
@@ -110,6 +122,12 @@ class RayClusterSpec:
     head_memory_gib: int = 8
     head_shm_gib: int = 3
     """The head's object store lives in /dev/shm (about 30% of its memory by Ray's default)."""
+    ray_version: str = "2.58.0"
+    """The image's Ray: KubeRay's token authentication needs it (2.52.0 or later)."""
+    region: str | None = None
+    """AWS_REGION of the pods, so that no SDK asks the (unreachable) instance metadata for it."""
+    hf_token_secret: str | None = None
+    """A Secret (key `token`) whose value becomes HF_TOKEN, by reference: never a plain value."""
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -126,7 +144,10 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
         "PYTHONPATH": TRAINER_MOUNT,
         "HF_HOME": MODEL_CACHE_MOUNT,
         "TOKENIZERS_PARALLELISM": "false",
+        "RAY_USAGE_STATS_ENABLED": "0",
     }
+    if spec.region:
+        env |= {"AWS_REGION": spec.region, "AWS_DEFAULT_REGION": spec.region}
     if worker:
         # NCCL through aws-ofi-nccl on the EFA provider; eth0 for bootstrap (not a pod-identity link).
         env |= {"FI_PROVIDER": "efa", "NCCL_NET_PLUGIN": "ofi", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
@@ -134,7 +155,10 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
         # The head runs on a CPU node; the image's NVIDIA runtime hook fails there unless told there is no GPU.
         env["NVIDIA_VISIBLE_DEVICES"] = "void"
     env |= spec.extra_env
-    return [{"name": k, "value": v} for k, v in env.items()]
+    variables = [{"name": k, "value": v} for k, v in env.items()]
+    if spec.hf_token_secret:
+        variables.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.hf_token_secret, "key": "token"}}})
+    return variables
 
 
 def _volumes(spec: RayClusterSpec, worker: bool) -> tuple[list[dict], list[dict]]:
@@ -153,6 +177,12 @@ def _volumes(spec: RayClusterSpec, worker: bool) -> tuple[list[dict], list[dict]
     return volumes, mounts
 
 
+# Nothing in Ray, NCCL or EFA needs a capability or privilege escalation (EFA's memory registration
+# needs an unlimited memlock rlimit, which containers inherit from the node's containerd).
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -> dict:
     _, mounts = _volumes(spec, worker)
     return {
@@ -160,6 +190,7 @@ def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "env": _env(spec, worker),
         "volumeMounts": mounts,
+        "securityContext": dict(CONTAINER_SECURITY),
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
     }
 
@@ -178,6 +209,11 @@ def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
     worker_volumes, _ = _volumes(spec, worker=True)
     annotations = {"eks-fsdp-efa/trainer-hash": spec.trainer_hash}
     body = {
+        # KubeRay makes a random token (a Secret named after the cluster, key auth_token) and hands it to
+        # the head, the workers and the job submitter: Ray's job API, dashboard, client and GCS refuse
+        # anyone without it (validation.go: token mode needs rayVersion 2.52.0 or later).
+        "rayVersion": spec.ray_version,
+        "authOptions": {"mode": "token"},
         "headGroupSpec": {
             "serviceType": "ClusterIP",  # never exposed outside the cluster; use port-forward
             "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
@@ -185,6 +221,7 @@ def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
                 "metadata": {"annotations": annotations},
                 "spec": {
                     "serviceAccountName": spec.service_account,
+                    "securityContext": dict(POD_SECURITY),
                     "nodeSelector": dict(SYSTEM_NODE_LABELS),
                     "containers": [_container(spec, "ray-head", {"cpu": str(spec.head_cpu), "memory": f"{spec.head_memory_gib}Gi"}, worker=False)],
                     "volumes": head_volumes,
@@ -200,6 +237,7 @@ def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
                 "metadata": {"annotations": annotations},
                 "spec": {
                     "serviceAccountName": spec.service_account,
+                    "securityContext": dict(POD_SECURITY),
                     "nodeSelector": dict(GPU_NODE_SELECTOR),
                     "tolerations": gpu_tolerations(spec.gpu_taint),
                     "containers": [_container(spec, "ray-worker", worker_resources(spec), worker=True)],

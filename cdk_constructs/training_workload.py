@@ -28,6 +28,8 @@ from constructs import Construct, IDependable
 
 from cdk_constructs import kuberay_rules
 from cdk_constructs import ray_manifests as rm
+from cdk_constructs.network_policies import training_network_policies
+from cdk_constructs.pod_identity import pod_identity_role
 
 TRAINER_PACKAGE = Path(__file__).resolve().parent.parent / rm.TRAINER_PACKAGE
 
@@ -61,6 +63,8 @@ def checkpoint_lifecycle_rules(noncurrent_days: int) -> list[s3.LifecycleRule]:
 @dataclass(frozen=True)
 class TrainingWorkloadProps:
     cluster: eks.Cluster
+    cluster_name: str
+    """The EKS cluster's name, known at synth: the Pod Identity role trusts this cluster only."""
     image: str
     worker_replicas: int
     gpus_per_worker: int
@@ -73,6 +77,13 @@ class TrainingWorkloadProps:
     """What must run before the RayCluster: device plugins (GPU and EFA resources) and KubeRay (CRDs)."""
     gpu_taint: bool = True
     namespace: str = "training"
+    service_account: str = "ray"
+    operator_namespace: str = "kuberay-system"
+    """Where the KubeRay operator runs: the only namespace whose pods may reach the head's job API."""
+    kubernetes_version: str = "1.36"
+    region: str | None = None
+    ray_version: str = "2.58.0"
+    hf_token_secret: str | None = None
     ray_cluster_prefix: str = "fsdp"
     active_deadline_seconds: int = 4 * 3600
     submitter_backoff_limit: int = 2
@@ -89,25 +100,32 @@ class TrainingWorkload(Construct):
         super().__init__(scope, id)
         cluster = props.cluster
         self.props = props
+        # The namespace and what governs every pod in it: Pod Security labels, a default service account
+        # without an API token, the Ray pods' service account, and the NetworkPolicies. Applied (not
+        # created) because Kubernetes makes the `default` service account on its own.
         self.namespace = eks.KubernetesManifest(
-            self, "Namespace", cluster=cluster, manifest=[rm.namespace_manifest(props.namespace)])
+            self, "Namespace", cluster=cluster, overwrite=True,
+            manifest=[rm.namespace_manifest(props.namespace, props.kubernetes_version),
+                      rm.service_account_manifest("default", props.namespace, automount_token=False),
+                      # Kept for EKS Pod Identity, which authenticates the pods with a service-account
+                      # token; the account has no RBAC binding, so the token reads nothing in the API.
+                      rm.service_account_manifest(props.service_account, props.namespace, automount_token=True),
+                      *training_network_policies(props.namespace, props.operator_namespace)])
         self._add_bucket(props)
-        self.service_account = eks.ServiceAccount(
-            self, "RayServiceAccount", cluster=cluster, name="ray", namespace=props.namespace,
-            # EKS Pod Identity: the agent serves credentials at AWS_CONTAINER_CREDENTIALS_FULL_URI,
-            # which boto3 and pyarrow's S3 filesystem (AWS SDK for C++, Ray Train storage) both read.
-            identity_type=eks.IdentityType.POD_IDENTITY,
-        )
-        self.service_account.node.add_dependency(self.namespace)
-        grant_checkpoint_access(self.bucket, self.service_account.role)
+        self.role = pod_identity_role(self, "RayRole", props.cluster_name, props.namespace, props.service_account)
+        self.pod_identity = eks.CfnPodIdentityAssociation(
+            self, "RayPodIdentity", cluster_name=cluster.cluster_name, namespace=props.namespace,
+            service_account=props.service_account, role_arn=self.role.role_arn)
+        grant_checkpoint_access(self.bucket, self.role)
 
         files = rm.trainer_files(props.trainer_package or TRAINER_PACKAGE)
         cluster_spec = rm.RayClusterSpec(
             name_prefix=props.ray_cluster_prefix, namespace=props.namespace, image=props.image,
-            service_account=self.service_account.service_account_name, trainer_files=files,
+            service_account=props.service_account, trainer_files=files,
             worker_replicas=props.worker_replicas, gpus_per_worker=props.gpus_per_worker,
             efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
             memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
+            ray_version=props.ray_version, region=props.region, hf_token_secret=props.hf_token_secret,
         )
         self.ray_cluster_manifest = rm.ray_cluster_manifest(cluster_spec)
         self.ray_cluster_name = self.ray_cluster_manifest["metadata"]["name"]
@@ -124,7 +142,8 @@ class TrainingWorkload(Construct):
         self.ray_cluster = eks.KubernetesManifest(
             self, f"RayCluster-{self.ray_cluster_name}", cluster=cluster,
             manifest=[self.configmap_manifest, self.ray_cluster_manifest])
-        self.ray_cluster.node.add_dependency(self.namespace, self.service_account, *props.requires)
+        self.ray_cluster.node.add_dependency(self.namespace, self.pod_identity, cluster.eks_pod_identity_agent,
+                                             *props.requires)
         self.ray_job = eks.KubernetesManifest(
             self, f"RayJob-{self.job_spec.name}", cluster=cluster, manifest=[self.ray_job_manifest])
         self.ray_job.node.add_dependency(self.ray_cluster)

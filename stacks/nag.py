@@ -6,12 +6,16 @@ from aws_cdk import Acknowledgment, Stack, Validations
 from aws_cdk import aws_eks_v2 as eks
 from cdk_nag import NagPackSuppression, NagSuppressions
 
-# AWS-managed policies that EKS and the CDK kubectl handler require by design.
+# AWS-managed policies that EKS and the kubectl handler require by design, each on the roles named.
 _REQUIRED_MANAGED_POLICIES = [
+    # the EKS cluster role
     "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy",
+    # the node roles: join the cluster and serve Pod Identity; pull images (not list or describe them)
     "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+    # the VPC CNI's own Pod Identity role (aws-node), not the nodes'
     "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKS_CNI_Policy",
-    "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    # the kubectl handler and custom-resource Lambdas: their logs and their ENIs in the VPC
     "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
     "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
 ]
@@ -23,8 +27,9 @@ def add_nag_suppressions(stack: Stack, cluster: eks.Cluster) -> None:
         [
             NagPackSuppression(
                 id="AwsSolutions-IAM4",
-                reason="EKS requires these AWS-managed policies on its cluster and node roles, and the "
-                "CDK kubectl handler on its Lambda roles; no other managed policy is allowed.",
+                reason="EKS requires these AWS-managed policies: the cluster role (AmazonEKSClusterPolicy), the node "
+                "roles (AmazonEKSWorkerNodePolicy, AmazonEC2ContainerRegistryPullOnly), the VPC CNI's Pod Identity role "
+                "(AmazonEKS_CNI_Policy) and the Lambda roles (basic execution, VPC access); no other managed policy.",
                 applies_to=_REQUIRED_MANAGED_POLICIES,
             ),
         ],
@@ -33,11 +38,6 @@ def add_nag_suppressions(stack: Stack, cluster: eks.Cluster) -> None:
     NagSuppressions.add_resource_suppressions(
         cluster.kubectl_provider,
         [
-            NagPackSuppression(
-                id="AwsSolutions-IAM4",
-                reason="aws-cdk-lib's kubectl handler attaches AmazonEC2ContainerRegistryPublicReadOnly "
-                "conditionally, to pull public Helm charts stored as OCI images.",
-            ),
             NagPackSuppression(
                 id="AwsSolutions-IAM5",
                 reason="aws-cdk-lib's provider framework invokes its own handler's versions (<arn>:*).",

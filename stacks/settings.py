@@ -59,6 +59,8 @@ class TrainingSettings:
 
     model: str = field(default="Qwen/Qwen2.5-1.5B", metadata=_trainer())
     """Hub id, local or s3:// path, or a built-in config (qwen2.5-1.5b, tiny) with random init."""
+    model_revision: str | None = field(default=None, metadata=_trainer())
+    """Hub revision (a commit hash pins the exact weights and tokenizer); synth warns when a hub model has none."""
     steps: int = field(default=200, metadata=_trainer())
     """Optimizer steps."""
     seq_len: int = field(default=_L4["seq_len"], metadata=_trainer())
@@ -89,6 +91,11 @@ class TrainingSettings:
     """Fail the job in its first minute when inter-node NCCL traffic is not on EFA, or cannot be verified."""
     image: str = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
     """Container image of the Ray head and workers (Ray 2.58, PyTorch 2.13, EFA, aws-ofi-nccl)."""
+    ray_version: str = "2.58.0"
+    """Ray version in the image; KubeRay needs it for token authentication (2.52.0 or later)."""
+    hf_token_secret: str | None = None
+    """Kubernetes Secret (in the training namespace, key `token`) whose value becomes HF_TOKEN in the
+    Ray pods, for gated models; the value never appears in the template. Create it after the namespace."""
     active_deadline_seconds: int = 4 * 3600
     """KubeRay marks the RayJob Failed after this long. It stops nothing: the pods and the GPU
     nodes keep running and billing until `make destroy` (rayjob_controller.go)."""
@@ -121,8 +128,10 @@ class Settings:
     """EKS Kubernetes minor version; the kubectl layer must match it."""
     endpoint_access: str = "public_and_private"
     """EKS API endpoint: public, private or public_and_private."""
-    endpoint_public_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
-    """CIDRs allowed to reach a public endpoint; narrow this to your own addresses."""
+    endpoint_public_cidrs: tuple[str, ...] | None = None
+    """CIDRs allowed to reach a public endpoint. Unset: `make deploy` and `make diff` use your egress
+    address (<ip>/32, from AWS's checkip service); a plain `cdk deploy` leaves it open to 0.0.0.0/0,
+    with a warning. 0.0.0.0/0 may be set on purpose (IAM still authenticates every request)."""
     admin_principal_arn: str | None = None
     """IAM role or user ARN given cluster-admin through an EKS access entry. An STS assumed-role
     ARN (what `aws sts get-caller-identity` prints) is converted to its role's ARN; `make deploy`
@@ -352,7 +361,9 @@ def validate(s: Settings) -> None:
     _validate_kubernetes_version(s.kubernetes_version)
     _require(s.endpoint_access in ENDPOINT_ACCESS_MODES,
              f"endpoint_access: {s.endpoint_access!r} must be one of {', '.join(ENDPOINT_ACCESS_MODES)}")
-    if s.endpoint_access != "private":
+    if s.endpoint_public_cidrs is not None:
+        _require(s.endpoint_access != "private",
+                 "endpoint_public_cidrs: a private endpoint has no public CIDRs (unset it, or set endpoint_access=public_and_private)")
         _require(len(s.endpoint_public_cidrs) > 0,
                  "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set endpoint_access=private)")
         for cidr in s.endpoint_public_cidrs:
@@ -488,6 +499,12 @@ def _validate_training(s: Settings) -> None:
     _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
     _require(0 <= t.backoff_limit <= 10, f"training.backoff_limit: {t.backoff_limit} must be between 0 and 10 "
              "(submitter retries; training retries are training.max_failures)")
+    ray = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", t.ray_version)
+    _require(ray is not None and tuple(map(int, ray.groups())) >= (2, 52, 0),
+             f"training.ray_version: {t.ray_version!r} must be the image's Ray version, 2.52.0 or later "
+             "(KubeRay's token authentication needs it)")
+    _require(t.hf_token_secret is None or re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", t.hf_token_secret) is not None,
+             f"training.hf_token_secret: {t.hf_token_secret!r} must be a Kubernetes Secret name (lower-case letters, digits, '-', '.')")
     # The trainer's own parser and validation, on the command line the RayJob will run; the bucket's
     # name exists only at deploy, and the names (digests) do not change what the trainer accepts.
     job = RayJobSpec(namespace="training", cluster_name="fsdp-0", trainer_options=trainer_options(s),
@@ -497,6 +514,13 @@ def _validate_training(s: Settings) -> None:
     except ConfigError as error:
         option, _, rest = str(error).partition(": ")
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
+
+
+def is_hub_model(model: str) -> bool:
+    """A Hugging Face Hub id (org/name), as opposed to a built-in config or a path."""
+    from training.config import BUILTIN_MODELS
+
+    return model not in BUILTIN_MODELS and "://" not in model and not model.startswith(("/", ".", "~")) and model.count("/") == 1
 
 
 def image_is_pinned(image: str) -> bool:

@@ -9,12 +9,13 @@ from cdk_constructs.cluster import EksCluster, EksClusterProps
 from cdk_constructs.device_plugins import DevicePlugins, DevicePluginsProps
 from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
 from cdk_constructs.kuberay import KubeRayOperator, KubeRayOperatorProps
-from cdk_constructs.log_groups import RETENTION_DAYS, LambdaLogGroups
+from cdk_constructs.log_groups import RETENTION_DAYS, LambdaLogGroups, logs_encryption_key
 from cdk_constructs.network import Network, NetworkProps
 from cdk_constructs.node_groups import GpuNodeGroup, GpuNodeGroupProps, SystemNodeGroup, SystemNodeGroupProps
 from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadProps
+from cdk_constructs.vpc_cni import VpcCni, VpcCniProps
 from stacks.nag import add_nag_suppressions
-from stacks.settings import Settings, access_entry_principal, image_is_pinned, trainer_options
+from stacks.settings import Settings, access_entry_principal, image_is_pinned, is_hub_model, trainer_options
 
 
 class EfaTrainingStack(Stack):
@@ -26,6 +27,7 @@ class EfaTrainingStack(Stack):
         )
         self.settings = settings
         self.log_retention = RETENTION_DAYS[settings.log_retention_days]
+        self.logs_key = logs_encryption_key(self, "LogsKey")
         self._add_network()
         self._add_cluster()
         self._add_node_groups()
@@ -47,7 +49,7 @@ class EfaTrainingStack(Stack):
         self.network = Network(
             self, "Network",
             NetworkProps(availability_zones=s.availability_zones, cidr=s.vpc_cidr, nat_gateways=s.nat_gateways,
-                         flow_log_retention=self.log_retention),
+                         flow_log_retention=self.log_retention, log_encryption_key=self.logs_key),
         )
 
     def _add_cluster(self) -> None:
@@ -57,18 +59,21 @@ class EfaTrainingStack(Stack):
             self, "Eks",
             EksClusterProps(
                 vpc=self.network.vpc, cluster_name=s.eks_cluster_name, kubernetes_version=s.kubernetes_version,
-                endpoint_access=s.endpoint_access, endpoint_public_cidrs=s.endpoint_public_cidrs,
+                endpoint_access=s.endpoint_access, endpoint_public_cidrs=s.endpoint_public_cidrs or (),
                 admin_principal_arn=admin_arn, admin_principal_note=admin_note, log_retention=self.log_retention,
+                log_encryption_key=self.logs_key,
             ),
         )
         self.cluster = self.eks.cluster
+        self.vpc_cni = VpcCni(self, "VpcCni", VpcCniProps(cluster=self.cluster, cluster_name=s.eks_cluster_name))
 
     def _add_node_groups(self) -> None:
         s = self.settings
         self.system_nodes = SystemNodeGroup(
             self, "System",
             SystemNodeGroupProps(cluster=self.cluster, instance_type=s.system_instance_type,
-                                 node_count=s.system_node_count, disk_gib=s.system_node_disk_gib),
+                                 node_count=s.system_node_count, disk_gib=s.system_node_disk_gib,
+                                 requires=(self.vpc_cni.addon,)),
         )
         self.gpu_nodes = GpuNodeGroup(
             self, "Gpu",
@@ -81,6 +86,7 @@ class EfaTrainingStack(Stack):
                 taint=s.gpu_node_taint,
                 placement_group=s.use_placement_group,
                 capacity_reservation_id=s.capacity_reservation_id,
+                requires=(self.vpc_cni.addon,),
             ),
         )
 
@@ -100,17 +106,23 @@ class EfaTrainingStack(Stack):
             Annotations.of(self).add_warning_v2(
                 "eks-fsdp-efa:unpinned-image",
                 f"training.image {t.image} is a moving tag; pin vX.Y.Z or a digest for reproducible runs.")
+        if is_hub_model(t.model) and not t.model_revision:
+            Annotations.of(self).add_warning_v2(
+                "eks-fsdp-efa:unpinned-model",
+                f"training.model {t.model} has no model_revision; pin a commit hash so that a re-run loads the same weights.")
         spec = INSTANCE_TYPES[s.gpu_instance_type]
         pod = worker_pod_resources(spec)
         self.training = TrainingWorkload(
             self, "Training",
             TrainingWorkloadProps(
-                cluster=self.cluster, image=t.image, worker_replicas=s.gpu_node_count,
+                cluster=self.cluster, cluster_name=s.eks_cluster_name, image=t.image, worker_replicas=s.gpu_node_count,
                 gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
                 cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
                 trainer_options=trainer_options(s), requires=(self.kuberay, self.device_plugins),
                 active_deadline_seconds=t.active_deadline_seconds, submitter_backoff_limit=t.backoff_limit,
-                bucket_auto_delete=t.checkpoint_bucket_auto_delete,
+                bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,
+                kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,
+                hf_token_secret=t.hf_token_secret,
             ),
         )
 
@@ -131,4 +143,5 @@ class EfaTrainingStack(Stack):
 
     def _add_log_retention(self) -> None:
         # Last: the Lambda functions of aws-cdk-lib's providers exist once everything else is built.
-        self.lambda_logs = LambdaLogGroups(self, "LambdaLogs", target=self, retention=self.log_retention)
+        self.lambda_logs = LambdaLogGroups(self, "LambdaLogs", target=self, retention=self.log_retention,
+                                           encryption_key=self.logs_key)

@@ -43,8 +43,8 @@ def manifests(template) -> list[dict]:
     return found
 
 
-def manifest_of(template, kind: str) -> dict:
-    [manifest] = [m for m in manifests(template) if m["kind"] == kind]
+def manifest_of(template, kind: str, name: str | None = None) -> dict:
+    [manifest] = [m for m in manifests(template) if m["kind"] == kind and name in (None, m["metadata"]["name"])]
     return manifest
 
 
@@ -120,9 +120,12 @@ def test_schema_check_catches_a_wrong_type(template):
         validate_against_crd(manifest)
 
 
-@pytest.mark.parametrize("kind", ["Namespace", "ConfigMap"])
+@pytest.mark.parametrize("kind", ["Namespace", "ConfigMap", "ServiceAccount", "NetworkPolicy"])
 def test_core_kinds_valid_for_kubernetes_1_36(template, kind):
-    kubernetes_validate.validate(manifest_of(template, kind), "1.36", strict=True)
+    found = [m for m in manifests(template) if m["kind"] == kind]
+    assert found
+    for manifest in found:
+        kubernetes_validate.validate(manifest, "1.36", strict=True)
 
 
 # ------------------------------------------------------------------ charts
@@ -327,7 +330,8 @@ def test_bucket_auto_delete_setting():
 def test_pods_get_bucket_access_through_pod_identity(template):
     [association] = resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
     assert association["Properties"]["Namespace"] == "training" and association["Properties"]["ServiceAccount"] == "ray"
-    template.resource_count_is("AWS::EKS::Addon", 1)  # eks-pod-identity-agent
+    addons = {a["Properties"]["AddonName"] for a in resources_of(template, "AWS::EKS::Addon").values()}
+    assert addons == {"eks-pod-identity-agent", "vpc-cni"}
 
 
 def test_order_nodes_then_operator_then_cluster_then_job(template):

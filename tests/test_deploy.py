@@ -6,7 +6,7 @@ import pytest
 
 from stacks.settings import settings_from_files
 from tests.conftest import ROOT
-from tools.deploy import admin_context
+from tools.deploy import admin_context, endpoint_context
 
 SESSION = "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Admin_0a1b/alice@example.com"
 FULL_ROLE = "arn:aws:iam::123456789012:role/aws-reserved/sso.amazonaws.com/AWSReservedSSO_Admin_0a1b"
@@ -41,3 +41,39 @@ def test_a_federated_user_is_refused_with_the_way_out():
 
     with pytest.raises(SettingsError, match="is a federated-user, which EKS access entries do not take"):
         admin_context(settings_from_files(ROOT / "cdk.json"), "arn:aws:sts::123456789012:federated-user/bob", lambda n: None)
+
+
+# ------------------------------------------------------------------ the endpoint opens to the deployer only
+
+
+def test_unset_endpoint_cidrs_become_the_deployers_address():
+    args, note = endpoint_context(settings_from_files(ROOT / "cdk.json"), lambda: "52.94.236.248\n")
+    assert args == ["-c", "endpoint_public_cidrs=52.94.236.248/32"]
+    assert note.startswith("EKS API endpoint: public access from 52.94.236.248/32 only")
+
+
+def test_explicit_cidrs_are_kept_even_when_open():
+    s = settings_from_files(ROOT / "cdk.json", ["endpoint_public_cidrs=0.0.0.0/0"])
+    assert endpoint_context(s, lambda: pytest.fail("the check service must not be asked")) == ([], None)
+
+
+def test_a_private_endpoint_needs_no_address():
+    s = settings_from_files(ROOT / "cdk.json", ["endpoint_access=private"])
+    assert endpoint_context(s, lambda: pytest.fail("the check service must not be asked")) == ([], None)
+
+
+@pytest.mark.parametrize("answer,message", [
+    ("<html>error</html>", "cannot learn your egress address"),
+    ("10.1.2.3", "not a public address"),
+])
+def test_an_unusable_answer_stops_the_deploy(answer, message):
+    with pytest.raises(OSError, match=message):
+        endpoint_context(settings_from_files(ROOT / "cdk.json"), lambda: answer)
+
+
+def test_an_unreachable_check_service_stops_the_deploy():
+    def unreachable():
+        raise OSError("timed out")
+
+    with pytest.raises(OSError, match=r"cannot learn your egress address from https://checkip.amazonaws.com \(timed out\)"):
+        endpoint_context(settings_from_files(ROOT / "cdk.json"), unreachable)

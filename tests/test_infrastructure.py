@@ -252,10 +252,13 @@ def test_placement_group_off():
     template_for(placement_group="off").resource_count_is("AWS::EC2::PlacementGroup", 0)
 
 
-def test_imdsv2_required_with_hop_limit_2(template):
-    for lt in resources_of(template, "AWS::EC2::LaunchTemplate").values():
+def test_imdsv2_required_with_hop_limit_1(template):
+    """No pod can reach the instance metadata, so none can take the node role (hop limit 1)."""
+    templates = resources_of(template, "AWS::EC2::LaunchTemplate").values()
+    assert len(templates) == 2
+    for lt in templates:
         assert lt["Properties"]["LaunchTemplateData"]["MetadataOptions"] == {
-            "HttpTokens": "required", "HttpPutResponseHopLimit": 2, "HttpEndpoint": "enabled"}
+            "HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"}
 
 
 def test_system_root_volume_holds_the_ray_image(template):

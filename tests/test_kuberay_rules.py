@@ -138,7 +138,7 @@ CLUSTER_CASES = {
     "network policy without its gate": (lambda c: c["spec"].update(networkPolicy={}),
                                         "ValidateRayClusterSpec", "RayClusterNetworkPolicy"),
     "TLS without its gate": (lambda c: c["spec"].update(tlsOptions={}), "ValidateRayClusterSpec", "RayClusterMTLS"),
-    "token auth without rayVersion": (lambda c: c["spec"].update(authOptions={"mode": "token"}),
+    "token auth without rayVersion": (lambda c: c["spec"].pop("rayVersion"),
                                       "ValidateRayClusterSpec", "needs rayVersion"),
     "token auth with a bad rayVersion": (lambda c: c["spec"].update(authOptions={"mode": "token"}, rayVersion="latest"),
                                          "ValidateRayClusterSpec", "is not a version"),

@@ -55,6 +55,8 @@ class TrainConfig:
 
     model: str = "tiny"
     """Hub id (org/name), local or s3:// folder, or a built-in config: qwen2.5-1.5b, tiny."""
+    model_revision: str | None = None
+    """Hub revision of the model and its tokenizer: a commit hash pins the exact weights."""
     steps: int = 100
     """Optimizer steps."""
     seq_len: int = 512
@@ -152,6 +154,8 @@ def validate(c: TrainConfig) -> TrainConfig:
             f"--run-name: {c.run_name!r} must start with a letter, digit or '_' and hold only letters, digits, "
             "'.', '_' and '-' (no '..'), at most 128 characters")
     _validate_model(c.model)
+    require(c.model_revision is None or re.fullmatch(r"[A-Za-z0-9][\w.-]{0,127}", c.model_revision) is not None,
+            f"--model-revision: {c.model_revision!r} must be a commit hash, branch or tag (letters, digits, '.', '_', '-')")
     max_positions = MODEL_MAX_POSITIONS.get(HUB_ARCHITECTURES.get(c.model, c.model))
     require(max_positions is None or c.seq_len <= max_positions,
             f"--seq-len: {c.seq_len} exceeds {c.model}'s {max_positions} positions")

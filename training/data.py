@@ -46,21 +46,21 @@ def synthetic_batches(kind: str, seed: int, vocab_size: int, seq_len: int, micro
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer(path: str, cache_dir: str | None):
+def _tokenizer(path: str, cache_dir: str | None, revision: str | None = None):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, cache_dir=cache_dir)
+    return AutoTokenizer.from_pretrained(path, cache_dir=cache_dir, revision=revision)
 
 
 def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, text_field: str = "text",
-                      cache_dir: str | None = None) -> dict:
+                      cache_dir: str | None = None, revision: str | None = None) -> dict:
     """Ray Data map_batches function: records -> packed blocks of seq_len + 1 token ids.
 
     A record's `messages` (chat) is rendered with the tokenizer's chat template; otherwise
     `text_field` is used. Documents are joined with EOS; the tail shorter than a block is
     dropped (at most one block per batch of records).
     """
-    tokenizer = _tokenizer(tokenizer_path, cache_dir)
+    tokenizer = _tokenizer(tokenizer_path, cache_dir, revision)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     texts = []
     messages = batch.get("messages")
@@ -80,7 +80,8 @@ def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, text_field
     return {"input_ids": blocks}
 
 
-def read_text_dataset(path: str, tokenizer_path: str, seq_len: int, text_field: str, cache_dir: str | None):
+def read_text_dataset(path: str, tokenizer_path: str, seq_len: int, text_field: str, cache_dir: str | None,
+                      revision: str | None = None):
     """A Ray Dataset of packed blocks from JSONL or Parquet (file or folder, local or s3://)."""
     import ray.data
 
@@ -94,7 +95,8 @@ def read_text_dataset(path: str, tokenizer_path: str, seq_len: int, text_field: 
         ds = _read_folder(path)
     return ds.map_batches(
         tokenize_and_pack, batch_format="numpy", batch_size=256,
-        fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "text_field": text_field, "cache_dir": cache_dir},
+        fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "text_field": text_field, "cache_dir": cache_dir,
+                   "revision": revision},
     )
 
 

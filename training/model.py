@@ -41,7 +41,8 @@ def builtin_config(name: str):
 def model_config(cfg: TrainConfig):
     from transformers import AutoConfig
 
-    return builtin_config(cfg.model) or AutoConfig.from_pretrained(cfg.model, cache_dir=cfg.cache_dir)
+    return builtin_config(cfg.model) or AutoConfig.from_pretrained(cfg.model, cache_dir=cfg.cache_dir,
+                                                                   revision=cfg.model_revision)
 
 
 class CausalLMWithLoss(nn.Module):
@@ -78,7 +79,7 @@ def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor
 
     if builtin_config(cfg.model) is None:
         lm = AutoModelForCausalLM.from_pretrained(
-            cfg.model, cache_dir=cfg.cache_dir, dtype=torch.float32, low_cpu_mem_usage=True
+            cfg.model, cache_dir=cfg.cache_dir, revision=cfg.model_revision, dtype=torch.float32, low_cpu_mem_usage=True
         )
     else:
         torch.manual_seed(cfg.seed)

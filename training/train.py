@@ -206,7 +206,8 @@ def fit(cfg: TrainConfig) -> dict:
     if cfg.data not in SYNTHETIC_DATA:
         from training.data import read_text_dataset
 
-        datasets["train"] = read_text_dataset(cfg.data, cfg.model, cfg.seq_len, cfg.text_field, cfg.cache_dir)
+        datasets["train"] = read_text_dataset(cfg.data, cfg.model, cfg.seq_len, cfg.text_field, cfg.cache_dir,
+                                              cfg.model_revision)
     from training import train as importable  # by reference: `python -m` makes this module __main__
 
     trainer = TorchTrainer(
