@@ -12,7 +12,7 @@ TRAIN_ARGS ?=
 # Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
 BENCH_ARGS ?=
 
-.PHONY: synth diff preflight deploy watch destroy test train-local bench clean
+.PHONY: synth diff preflight deploy watch destroy test mutation train-local bench clean
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -59,6 +59,17 @@ destroy: $(VENV)/.synth-deps node_modules/.installed
 test: $(VENV)/.dev-deps node_modules/.installed
 	$(PY) -m pytest -q
 
+$(VENV)/.mutation-deps: $(VENV)/.dev-deps requirements-mutation.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt
+	touch $@
+
+# Mutation testing of the pure modules against their fast tests (pyproject.toml; not part of `make test`).
+# Results: .venv/bin/mutmut results; the score and the equivalent survivors are in docs/testing.md.
+mutation: $(VENV)/.mutation-deps node_modules/.installed
+	rm -rf mutants
+	EKS_FSDP_EFA_MUTATION=1 $(VENV)/bin/mutmut run
+	$(VENV)/bin/mutmut results --all true | $(PY) -m tools.mutation_score
+
 train-local: $(VENV)/.dev-deps
 	$(PY) -m training.train --local --workers 2 --model tiny --steps 30 --seq-len 128 \
 		--micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
@@ -71,4 +82,4 @@ bench: $(VENV)/.train-deps
 	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m training.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
 
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out .pytest_cache mutants

@@ -77,6 +77,11 @@ class TrainingSettings:
     """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
     compile: bool = field(default=_L4["compile"], metadata=_trainer())
     """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
+    sharding: str = field(default="auto", metadata=_trainer())
+    """full, hybrid (shard within a node, replicate across nodes), or auto: what training.plan says is
+    fastest and fits for these nodes (hybrid on 2 x g6.12xlarge; docs/benchmarks.md)."""
+    reduce_dtype: str = field(default="fp32", metadata=_trainer())
+    """Gradient reduction dtype: fp32, or bf16 (half the bytes on the links; see docs/benchmarks.md)."""
     reshard_after_forward: bool = field(default=True, metadata=_trainer())
     """False keeps each layer's weights gathered through a step's micro-batches: one all-gather per
     step instead of two per micro-batch over EFA, for about 9 GB more per GPU (fits L4s at 8 workers;
@@ -153,7 +158,8 @@ class Settings:
     capacity_reservation_id: str | None = None
     """On-Demand Capacity Reservation to launch the GPU nodes into (cr- and 17 hex digits)."""
     placement_group: str = "auto"
-    """Cluster placement group: on, off, or auto (on unless a capacity reservation is set)."""
+    """Cluster placement group: on, off, or auto (on unless a capacity reservation is set; on with a
+    reservation is refused, since a reservation launches only into the group it was made in)."""
     log_retention_days: int = 30
     """Retention of every log group the stack makes: EKS control plane, VPC flow logs, its Lambdas."""
     tags: dict[str, str] = field(default_factory=lambda: {"project": "eks-fsdp-efa"})
@@ -184,7 +190,7 @@ def trainer_options(s: Settings) -> dict[str, typing.Any]:
         f.metadata["trainer_option"] or f.name: getattr(s.training, f.name)
         for f in dataclasses.fields(TrainingSettings) if "trainer_option" in f.metadata
     }
-    return options | {"workers": s.training_workers}
+    return options | {"workers": s.training_workers, "instance_type": s.gpu_instance_type}
 
 
 def _setting_of_option(option: str) -> str:
@@ -192,7 +198,7 @@ def _setting_of_option(option: str) -> str:
     for f in dataclasses.fields(TrainingSettings):
         if "trainer_option" in f.metadata and (f.metadata["trainer_option"] or f.name) == option:
             return f"training.{f.name}"
-    return {"workers": "gpu_node_count"}.get(option, option)
+    return {"workers": "gpu_node_count", "instance_type": "gpu_instance_type"}.get(option, option)
 
 
 # ---------------------------------------------------------------- parsing
@@ -386,6 +392,11 @@ def validate(s: Settings) -> None:
              f"capacity_reservation_id: {s.capacity_reservation_id!r} must look like cr-0123456789abcdef0 (cr- and 17 hex digits)")
     _require(s.placement_group in PLACEMENT_GROUP_MODES,
              f"placement_group: {s.placement_group!r} must be one of {', '.join(PLACEMENT_GROUP_MODES)}")
+    # EC2 User Guide, "Capacity Reservations for cluster placement groups": a targeted reservation launches
+    # into the placement group it was created in; the stack's group is new, so no reservation was.
+    _require(not (s.capacity_reservation_id and s.placement_group == "on"),
+             "placement_group: on with capacity_reservation_id cannot launch: the stack makes a new cluster placement "
+             "group and a reservation launches only into the group it was created in; use auto or off")
     _require(s.log_retention_days in RETENTION_DAYS,
              f"log_retention_days: {s.log_retention_days} is not a CloudWatch retention; allowed: "
              f"{', '.join(map(str, RETENTION_DAYS))}")

@@ -12,6 +12,7 @@ import yaml
 
 from cdk_constructs import ray_manifests as rm
 from cdk_constructs.device_plugins import EFA_VERSION, efa_values
+from cdk_constructs.instance_types import INSTANCE_TYPES
 from cdk_constructs.kuberay import KUBERAY_VERSION
 from cdk_constructs.training_workload import TRAINER_PACKAGE
 from tests.conftest import DATA, resources_of, template_for
@@ -152,9 +153,24 @@ def test_kuberay_operator_on_system_node(template):
     assert helm_chart(template, "kuberay-operator")["Values"]["nodeSelector"] == {"role": "system"}
 
 
-def test_gpu_type_is_in_the_pinned_efa_chart_allowlist():
+def helm_merge(defaults, overrides):
+    """Helm's coalescing of user values over a chart's defaults: maps merge key by key, lists and scalars replace."""
+    if isinstance(defaults, dict) and isinstance(overrides, dict):
+        return {k: helm_merge(defaults[k], overrides[k]) if k in defaults and k in overrides else overrides.get(k, defaults.get(k))
+                for k in {**defaults, **overrides}}
+    return overrides
+
+
+@pytest.mark.parametrize("instance_type", sorted(n for n, spec in INSTANCE_TYPES.items() if spec.supports_efa))
+def test_efa_plugin_runs_on_the_gpu_type_whatever_the_pinned_chart_lists(instance_type):
+    """The pinned chart's own values (vendored from eks-charts) merged with ours, as Helm merges them:
+    the DaemonSet's allowlist is exactly our GPU type, on GPU nodes, tolerating their taint."""
     chart_values = yaml.safe_load((DATA / "eks-charts" / f"aws-efa-k8s-device-plugin-{EFA_VERSION}.values.yaml").read_text())
-    assert "g6.12xlarge" in chart_values["supportedInstanceLabels"]["values"]
+    effective = helm_merge(chart_values, efa_values(instance_type, True))
+    assert effective["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"], "values": [instance_type]}
+    assert effective["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert effective["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert effective["image"] == chart_values["image"]  # the rest stays the chart's
 
 
 @pytest.mark.parametrize("instance_type", ["g6.12xlarge", "p5.48xlarge", "g6e.12xlarge"])
@@ -308,7 +324,8 @@ def test_bucket_encrypted_tls_only_private_versioned_retained(template):
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
     assert props["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
-    assert "BucketEncryption" in props
+    assert props["BucketEncryption"] == {"ServerSideEncryptionConfiguration": [
+        {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
     policy = json.dumps(resources_of(template, "AWS::S3::BucketPolicy"))
     assert '"aws:SecureTransport": "false"' in policy
 

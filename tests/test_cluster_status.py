@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -110,12 +111,35 @@ def test_job_complete_with_a_failed_ray_job_is_not_a_success():
 
 
 def test_progress_from_a_real_trainer_log():
-    """A real `python -m training.train --local` log: Ray's ANSI prefixes, duplicated lines, a harmless traceback."""
+    """A real `python -m training.train --local` log: Ray's ANSI prefixes, lines duplicated by Ray's log
+    forwarding, the human step lines and their machine-readable records."""
     progress = cs.trainer_progress((K8S / "trainer-local-run.log").read_text().splitlines())
     assert (progress.step, progress.steps) == (6, 6)
-    assert progress.last_step.startswith("step     6/6 | loss  6.2423")
+    assert progress.record["loss"] == pytest.approx(6.2431206703186035)
+    assert progress.last_step.startswith("step 6/6 at 2026-11-30T10:54:26Z: loss 6.2431, 4,981 tokens/s per GPU, 51 ms/step")
     assert progress.summary["final_step"] == 6 and progress.summary["transport"] == "gloo (CPU): no NCCL"
-    assert progress.errors[0] == "GetTimeoutError: Get timed out: some object(s) not ready."
+    assert progress.errors == []
+
+
+def test_the_trainers_record_round_trips_through_the_watcher():
+    """What the trainer prints for a step (StepStats.record) is what the watcher reads back, exactly."""
+    from training.metrics import StepStats
+
+    stats = StepStats(time="2026-11-30T12:00:00Z", step=42, steps=200, loss=2.718281828, lr=1.5e-5, grad_norm=0.25,
+                      tokens_per_s_per_gpu=4321.5, tflops_per_gpu=40.1, mfu=0.331, peak_mem_gib=17.25,
+                      step_time_s=1.8958, eta_s=299.5)
+    ray_prefix = "\x1b[36m(RayTrainWorker pid=311, ip=10.0.12.34)\x1b[0m "
+    progress = cs.trainer_progress([ray_prefix + stats.line(), ray_prefix + stats.record()])
+    assert progress.record == dataclasses.asdict(stats)
+    assert progress.last_step == "step 42/200 at 2026-11-30T12:00:00Z: loss 2.7183, 4,322 tokens/s per GPU, MFU 33.1%, 1896 ms/step"
+
+
+def test_a_record_cut_short_is_ignored_and_the_previous_one_kept():
+    from training.records import format_record
+
+    whole = format_record({"step": 3, "steps": 9})
+    progress = cs.trainer_progress([whole, whole.replace("3", "4")[:-5]])
+    assert progress.record == {"step": 3, "steps": 9}
 
 
 def test_transport_line_and_failure_in_a_gpu_log():
@@ -260,3 +284,92 @@ def test_watch_refuses_intervals_that_are_not_positive(monkeypatch, capsys, flag
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: argument {flag}:") and "\n" not in err
+
+
+# ------------------------------------------------------------------ every terminal state, and giving up in time
+
+
+@pytest.mark.parametrize("deployment,reason,hint", [
+    ("Complete", None, None),
+    ("Failed", "AppFailed", "the trainer exited with an error"),
+    ("Failed", "DeadlineExceeded", "training.active_deadline_seconds"),
+    ("Failed", "PreRunningDeadlineExceeded", "preRunningDeadlineSeconds"),
+    ("ValidationFailed", "ValidationFailed", "KubeRay rejected the RayJob spec"),
+    ("Suspended", None, "nothing runs until it is resumed"),
+])
+def test_every_terminal_state_ends_the_watch_with_its_hint(deployment, reason, hint):
+    rayjob = load("rayjob-running.json")
+    rayjob["status"] |= {"jobDeploymentStatus": deployment, **({"reason": reason} if reason else {})}
+    job = cs.rayjob_report(rayjob)
+    assert job.terminal
+    if hint:
+        assert hint in job.line
+
+
+@pytest.mark.parametrize("deployment", ["New", "Initializing", "Running", "Waiting", "Retrying", "Suspending"])
+def test_states_that_go_on_do_not_end_the_watch(deployment):
+    rayjob = load("rayjob-running.json")
+    rayjob["status"]["jobDeploymentStatus"] = deployment
+    assert not cs.rayjob_report(rayjob).terminal
+
+
+def test_an_unknown_reason_points_at_the_events():
+    rayjob = load("rayjob-app-failed.json")
+    rayjob["status"]["reason"] = "SomethingNew"
+    assert "SomethingNew: see the RayJob events" in cs.rayjob_report(rayjob).line
+
+
+def test_a_node_without_a_ready_condition_says_so():
+    node = load("node-ready.json")
+    node["status"]["conditions"] = []
+    assert cs.node_report(node, 4, 1).missing == ["not Ready (no Ready condition yet)"]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in K8S.glob("rayjob-*.json")))
+def test_recorded_rayjobs_pass_kuberays_own_rules(name):
+    """Fixtures are only worth as much as their truth: each is a RayJob KubeRay's controller accepts."""
+    from cdk_constructs.kuberay_rules import ray_job_violations
+
+    assert ray_job_violations(load(name)) == []
+
+
+class _FakeApi:
+    """The two Kubernetes API groups the watcher reads, answering from a script of RayJob states."""
+
+    def __init__(self, states: list[str]):
+        self.states = iter(states)
+
+    def get_namespaced_custom_object(self, *args):
+        rayjob = load("rayjob-running.json")
+        rayjob["status"]["jobDeploymentStatus"] = next(self.states)
+        return rayjob
+
+    def list_namespaced_pod(self, *args, **kwargs):
+        return type("PodList", (), {"items": []})()
+
+
+def _follow(monkeypatch, states, timeout_s, clock):
+    from kubernetes import client
+
+    from tools import watch
+
+    api = _FakeApi(states)
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: api)
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    monkeypatch.setattr(watch.time, "sleep", lambda s: None)
+    monkeypatch.setattr(watch.time, "monotonic", lambda: next(clock))
+    return watch.follow_job(None, "training", "ft-1", "bucket", poll_s=15, timeout_s=timeout_s)
+
+
+def test_the_watch_stops_at_validation_failed_instead_of_looping(monkeypatch, capsys):
+    assert _follow(monkeypatch, ["Running", "Running", "ValidationFailed"], 3600, iter(range(0, 100, 10))) is False
+    out = capsys.readouterr().out
+    assert "FAILED: RayJob fsdp-finetune: deployment ValidationFailed" in out
+
+
+def test_the_watch_gives_up_after_its_timeout(monkeypatch, capsys):
+    clock = iter([0, 1000, 2000, 4000])
+    assert _follow(monkeypatch, ["Running"] * 10, 3600, clock) is False
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("STOPPED WATCHING after 3600 s: RayJob fsdp-finetune: deployment Running")
+    assert "the job goes on" in out[-1]

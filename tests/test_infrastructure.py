@@ -205,6 +205,9 @@ def test_p5_gets_32_efa_interfaces():
     assert interfaces[0]["InterfaceType"] == "efa"
     assert {i["InterfaceType"] for i in interfaces[1:]} == {"efa-only"}
     assert [i["NetworkCardIndex"] for i in interfaces] == list(range(32))
+    # EC2 User Guide, "Maximize network bandwidth on Amazon EC2 instances with multiple network cards":
+    # each further EFA-only interface takes the next card at device index 0.
+    assert {i["DeviceIndex"] for i in interfaces} == {0}
 
 
 def test_efa_interfaces_carry_cluster_and_efa_security_groups(template):
@@ -230,8 +233,9 @@ def test_efa_security_group_allows_all_to_and_from_itself(template):
 
 
 def test_cluster_placement_group_by_default(template):
+    [group_id] = resources_of(template, "AWS::EC2::PlacementGroup")
     template.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
-    assert "GroupName" in gpu_launch_template(template)["Placement"]
+    assert gpu_launch_template(template)["Placement"] == {"GroupName": {"Ref": group_id}}
 
 
 def test_reservation_targets_and_drops_placement_group():
@@ -243,9 +247,12 @@ def test_reservation_targets_and_drops_placement_group():
     template.resource_count_is("AWS::EC2::PlacementGroup", 0)
 
 
-def test_placement_group_forced_on_with_reservation():
-    template = template_for(capacity_reservation_id="cr-0123456789abcdef0", placement_group="on")
-    template.resource_count_is("AWS::EC2::PlacementGroup", 1)
+def test_placement_group_forced_on_with_reservation_is_refused():
+    from stacks.settings import SettingsError, settings_from_context
+    from tests.conftest import base_context
+
+    with pytest.raises(SettingsError, match=r"placement_group: on with capacity_reservation_id cannot launch"):
+        settings_from_context(base_context() | {"capacity_reservation_id": "cr-0123456789abcdef0", "placement_group": "on"})
 
 
 def test_placement_group_off():

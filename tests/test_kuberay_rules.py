@@ -8,21 +8,31 @@ import copy
 import pytest
 
 from cdk_constructs import kuberay_rules as kr
+from cdk_constructs import ray_manifests as rm
 from tests.conftest import synth_stack
 
 
 @pytest.fixture(scope="module")
-def workload():
-    return synth_stack().training
+def synthesized():
+    """Our RayCluster and RayJob, from the same pure functions the workload construct calls."""
+    spec = rm.RayClusterSpec(name_prefix="fsdp", namespace="training", image="public.ecr.aws/x/ray:2.58.0",
+                             service_account="ray", trainer_files={"training/train.py": "print(1)"},
+                             worker_replicas=2, gpus_per_worker=4, efa_per_worker=1, cpu_per_worker=40,
+                             memory_gib_per_worker=160, region="us-east-2")
+    cluster = rm.ray_cluster_manifest(spec)
+    job = rm.ray_job_manifest(rm.RayJobSpec(namespace="training", cluster_name=cluster["metadata"]["name"],
+                                            trainer_options={"model": "tiny", "workers": 8},
+                                            trainer_hash=spec.trainer_hash, storage_path="s3://b/runs"))
+    return [cluster, job]
 
 
-@pytest.fixture(scope="module")
-def synthesized(workload):
-    return [workload.ray_cluster_manifest, workload.ray_job_manifest]
-
-
-def test_synthesized_cluster_and_job_pass_every_rule(synthesized):
+def test_our_cluster_and_job_pass_every_rule(synthesized):
     assert kr.violations(synthesized) == []
+
+
+def test_the_synthesized_stacks_cluster_and_job_pass_every_rule():
+    workload = synth_stack().training
+    assert kr.violations([workload.ray_cluster_manifest, workload.ray_job_manifest]) == []
 
 
 def test_p5_variant_passes_every_rule():

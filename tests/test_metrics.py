@@ -49,11 +49,41 @@ def test_throughput_stats_over_unlogged_steps(monkeypatch):
     assert "tok/s/gpu" in stats.line() and "eta 0m10s" in stats.line()
 
 
-def test_lr_warmup_then_cosine_to_floor():
-    assert lr_at(0, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
-    assert lr_at(9, 1.0, 10, 100, 0.1) == pytest.approx(1.0)
-    assert lr_at(100, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
-    assert lr_at(55, 1.0, 10, 100, 0.1) == pytest.approx(0.55)
+def schedule(steps: int, warmup: int, peak: float = 1.0, floor: float = 0.1) -> list[float]:
+    """The learning rates the training loop uses: lr_at(step) for step 0 .. steps-1."""
+    return [lr_at(step, peak, warmup, steps, floor) for step in range(steps)]
+
+
+def test_warmup_reaches_the_peak_once_then_decays_to_the_floor_on_the_last_step():
+    lrs = schedule(100, warmup=10)
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs.count(max(lrs)) == 1 and lrs[10] < 1.0
+    assert lrs[-1] == pytest.approx(0.1)  # the floor, on the step the loop really runs
+    assert all(a > b for a, b in zip(lrs[9:], lrs[10:]))  # strictly decreasing after the peak
+    assert lrs[54] == pytest.approx(0.55)  # halfway through the decay: (peak + floor) / 2
+
+
+def test_without_warmup_the_first_step_is_the_peak_and_the_last_the_floor():
+    lrs = schedule(50, warmup=0)
+    assert lrs[0] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1)
+
+
+def test_warmup_longer_than_the_run_only_warms_up():
+    assert schedule(5, warmup=10) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+
+
+def test_a_one_step_run_uses_the_peak():
+    assert schedule(1, warmup=0) == pytest.approx([1.0])
+
+
+def test_throughput_after_a_resume_counts_only_the_steps_this_process_ran(monkeypatch):
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr("training.metrics.time.perf_counter", lambda: next(clock))
+    meter = Throughput(tokens_per_step_per_gpu=1000, flops_per_tok=1e9, peak_tflops=1.0, start_step=50)
+    stats = meter.stats(step=51, steps=60, loss=1.0, lr=1e-4, grad_norm=1.0, peak_mem=0.0)
+    assert stats.step_time_s == pytest.approx(2.0)  # not 2 s / 51 steps
+    assert stats.tokens_per_s_per_gpu == pytest.approx(500.0) and stats.mfu == pytest.approx(0.5)
+    assert stats.eta_s == pytest.approx(18.0)
 
 
 def test_synthetic_batches_do_not_depend_on_world_size():

@@ -140,10 +140,63 @@ def test_expired_reservation_fails():
     assert check.verdict == FAIL and "expired, not active" in check.reason
 
 
-def test_reservation_with_a_forced_placement_group_warns():
-    s = settings("capacity_reservation_id=cr-0123456789abcdef0", "placement_group=on")
-    checks = preflight.check_capacity_reservation(stubbed_reservation(reservation()), s)
-    assert [c.verdict for c in checks] == [PASS, WARN]
+def test_reservation_that_does_not_exist_fails():
+    s = settings("capacity_reservation_id=cr-0123456789abcdef0")
+    [check] = preflight.check_capacity_reservation(stubbed_reservation({"CapacityReservations": []}), s)
+    assert check.verdict == FAIL and check.reason == "cr-0123456789abcdef0 does not exist in us-east-2"
+
+
+def test_reservation_that_cannot_be_read_fails_with_the_error_code():
+    client = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_client_error("describe_capacity_reservations", service_error_code="InvalidCapacityReservationId.NotFound")
+    stub.activate()
+    [check] = preflight.check_capacity_reservation(client, settings("capacity_reservation_id=cr-0123456789abcdef0"))
+    assert check.verdict == FAIL and check.reason == "cr-0123456789abcdef0 cannot be read: InvalidCapacityReservationId.NotFound"
+
+
+def test_no_reservation_is_on_demand():
+    [check] = preflight.check_capacity_reservation(None, settings())
+    assert check.verdict == PASS and check.reason == "none configured (On-Demand capacity)"
+
+
+def stubbed_ec2(operation: str, response: dict, params: dict | None = None):
+    client = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_response(operation, response, params)
+    stub.activate()
+    return client
+
+
+def test_region_this_account_has_not_opted_into_fails_with_the_command():
+    client = stubbed_ec2("describe_regions", {"Regions": [{"RegionName": "ap-east-2", "OptInStatus": "not-opted-in"}]})
+    check = preflight.check_region(client, "ap-east-2")
+    assert check.verdict == FAIL and "has not enabled" in check.reason
+    assert check.fix == "aws account enable-region --region-name ap-east-2"
+
+
+def test_region_the_account_does_not_know_fails():
+    client = stubbed_ec2("describe_regions", {"Regions": [{"RegionName": "us-east-1", "OptInStatus": "opt-in-not-required"}]})
+    check = preflight.check_region(client, "us-east-2")
+    assert check.verdict == FAIL and check.reason == "us-east-2 is not an AWS region this account knows"
+
+
+def test_type_offered_in_no_az_of_the_region_fails():
+    client = stubbed_ec2("describe_instance_type_offerings", {"InstanceTypeOfferings": []})
+    check = preflight.check_offered(client, "p5.48xlarge", "us-east-2a")
+    assert check.verdict == FAIL and check.reason == "p5.48xlarge is not offered in any AZ of this region"
+
+
+def test_efa_interface_count_that_disagrees_with_the_table_warns():
+    response = {"InstanceTypes": [{"InstanceType": "p5.48xlarge",
+                                   "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 16}}}]}
+    check = preflight.check_efa(stubbed_ec2("describe_instance_types", response), "p5.48xlarge")
+    assert check.verdict == WARN and "takes 16 EFA interfaces, the project's table says 32" in check.reason
+
+
+def test_quota_of_a_family_this_check_does_not_know_warns():
+    check = preflight.check_vcpu_quota(None, None, "trn1.32xlarge", 2, "us-east-2", "GPU nodes")
+    assert check.verdict == WARN and "counts against a quota this check does not know" in check.reason
 
 
 def stubbed_eks(response: dict | None, error: str | None = None):
@@ -166,6 +219,17 @@ def test_kubernetes_version_offered_by_eks_passes():
 def test_kubernetes_version_eks_does_not_list_fails():
     check = preflight.check_kubernetes_version(stubbed_eks({"clusterVersions": []}), "1.36")
     assert check.verdict == FAIL and "does not offer Kubernetes 1.36" in check.reason
+
+
+@pytest.mark.parametrize("status", ["UNSUPPORTED", "END_OF_SUPPORT"])
+def test_kubernetes_version_eks_no_longer_supports_fails(status):
+    check = preflight.check_kubernetes_version(stubbed_eks({"clusterVersions": [{"clusterVersion": "1.36", "versionStatus": status}]}), "1.36")
+    assert check.verdict == FAIL and check.reason == f"Kubernetes 1.36 is {status} on EKS"
+
+
+def test_unknown_version_fails_on_the_table_when_eks_cannot_be_asked():
+    check = preflight.check_kubernetes_version(stubbed_eks(None, error="AccessDeniedException"), "1.28")
+    assert check.verdict == FAIL and "1.28 is not in the project's creatable list" in check.reason
 
 
 def test_kubernetes_version_falls_back_to_the_table_when_eks_cannot_be_asked():

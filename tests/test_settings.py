@@ -37,8 +37,10 @@ def test_cli_strings_are_parsed_to_field_types():
 
 
 def test_cdk_owned_context_keys_are_ignored():
-    settings_from_context(base_context() | {"@aws-cdk/core:newStyleStackSynthesis": True,
-                                            "availability-zones:account=1:region=us-east-2": ["a"]})
+    with_cdk_keys = settings_from_context(base_context() | {"@aws-cdk/core:newStyleStackSynthesis": True,
+                                                            "availability-zones:account=1:region=us-east-2": ["a"],
+                                                            "aws-cdk:enableDiffNoFail": True})
+    assert with_cdk_keys == settings_from_context(base_context())
 
 
 BAD_SETTINGS = [
@@ -213,6 +215,13 @@ def test_every_trainer_option_setting_names_a_real_trainer_option():
 
     trainer_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert set(trainer_options(settings_from_context(base_context()))) <= trainer_fields
+
+
+def test_the_deploy_tools_do_not_need_torch():
+    """make preflight/deploy/watch/destroy run from the synth-only venv, where torch is not installed."""
+    code = ("import sys, tools.preflight, tools.watch, tools.deploy, tools.teardown, tools.review, tools.cluster_status; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=120).returncode == 0
 
 
 def test_bad_setting_from_cdk_cli_prints_one_line_and_no_traceback(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -52,14 +53,28 @@ def test_run_summary_written_to_storage(uninterrupted):
     assert summary["transport"] == "gloo (CPU): no NCCL"
 
 
-def test_stopped_run_resumes_exactly(tmp_path, uninterrupted):
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """A run stopped by a worker failure (no retries), then run again under the same storage path and name."""
+    storage = tmp_path_factory.mktemp("resumed")
     with pytest.raises(Exception):
-        fit(config(tmp_path, "resumed", inject_failure_at_step=FAIL_AT, max_failures=0))
-    resumed = fit(config(tmp_path, "resumed"))  # same storage path and name
+        fit(config(storage, "resumed", inject_failure_at_step=FAIL_AT, max_failures=0))
+    return storage / "resumed", fit(config(storage, "resumed"))
+
+
+def test_stopped_run_resumes_exactly(resumed, uninterrupted):
+    _, summary = resumed
     expected = {s: l for s, l in losses(uninterrupted).items() if s > EVERY}
-    got = losses(resumed)
+    got = losses(summary)
     assert min(got) == EVERY + 1  # restarted after the last checkpoint before the failure
     assert got == pytest.approx(expected, rel=1e-6)
+
+
+def test_metrics_file_holds_one_record_per_step_across_a_resume(resumed, uninterrupted):
+    run, _ = resumed
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    assert [r["loss"] for r in records] == pytest.approx([losses(uninterrupted)[s] for s in range(1, STEPS + 1)], rel=1e-6)
 
 
 def test_worker_failure_recovers_under_failure_config(tmp_path, uninterrupted):
@@ -94,8 +109,24 @@ def test_real_text_from_local_model_folder(tmp_path):
     model = tiny_pretrained(tmp_path / "model")
     summary = fit(config(tmp_path, "text", model=model, data=str(DATA / "corpus.jsonl"), steps=4,
                          checkpoint_every=0, seq_len=32, micro_batch=2, export_hf=True))
-    assert summary["final_step"] == 4 and summary["final_loss"] > 0
+    curve = losses(summary)
+    vocab = json.loads((tmp_path / "model" / "config.json").read_text())["vocab_size"]
+    assert summary["final_step"] == 4
+    assert curve[1] == pytest.approx(math.log(vocab), abs=0.5)  # a fresh model on real tokens: about ln(vocab)
+    assert curve[4] < curve[1]  # and it learns from them
     from transformers import AutoModelForCausalLM
 
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "text" / "hf-export")
     assert exported.config.num_hidden_layers == 2
+
+
+def test_a_nan_step_stops_the_run_and_leaves_the_last_good_checkpoint_newest(tmp_path):
+    from training.storage import latest_checkpoint
+
+    with pytest.raises(Exception, match=r"step 13: loss nan / gradient norm nan is not finite; stopped before the update"):
+        fit(config(tmp_path, "poisoned", inject_nan_at_step=FAIL_AT, max_failures=0))
+    newest = latest_checkpoint(str(tmp_path / "poisoned"))
+    assert json.loads((Path(newest.path) / "train_state.json").read_text())["step"] == EVERY
+    records = [json.loads(line) for line in (tmp_path / "poisoned" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, EVERY + 1))
+

@@ -140,3 +140,15 @@ def test_decision(tmp_path, case):
 def test_socket_forced_real_log_fails_as_one_rank_of_a_run(tmp_path):
     decided, line = decide([rank_report(0, "a", SOCKET), rank(tmp_path, 1, "b", EFA)], require_efa=True)
     assert not decided and line.startswith("rank 0 on a: inter-node traffic NOT on EFA: socket")
+
+
+def test_no_communicator_in_the_logs_fails_only_when_efa_is_required(tmp_path):
+    path = write(tmp_path, "gpu-node-1:211:211 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n")
+    required = judge_files([path], require_efa=True)
+    assert not required.ok and required.line.startswith("no NCCL communicator found in the logs")
+    assert judge_files([path], require_efa=False).ok
+
+
+def test_infiniband_between_nodes_is_not_efa(tmp_path):
+    verdict = judge_files([write(tmp_path, two_node_log("IB", None, "NET/IB/0/GDRDMA"))], require_efa=True)
+    assert not verdict.ok and "NOT on EFA: ib in 1 of 1" in verdict.line

@@ -18,13 +18,16 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 PLUGIN_PODS = {GPU_RESOURCE: ("nvidia-device-plugin", "NVIDIA device plugin"),
                EFA_RESOURCE: ("efa-k8s-device-plugin", "EFA device plugin")}
 
-# KubeRay 1.7 RayJob status values.
-TERMINAL_DEPLOYMENT = {"Complete", "Failed", "ValidationFailed"}
+# KubeRay 1.7 RayJob deployment statuses after which nothing happens without a change to the RayJob
+# (rayjob_controller.go Reconcile: Complete and Failed return early in clusterSelector mode,
+# ValidationFailed is never reconciled again, Suspended waits for spec.suspend to turn false).
+TERMINAL_DEPLOYMENT = {"Complete", "Failed", "ValidationFailed", "Suspended"}
 FAILURE_HINTS = {
     "DeadlineExceeded": "the job ran past training.active_deadline_seconds",
     "SubmissionFailed": "the submitter pod could not submit the job (kubectl logs job/<name>)",
     "AppFailed": "the trainer exited with an error (its log lines are above)",
-    "ValidationFailed": "KubeRay rejected the RayJob spec",
+    "ValidationFailed": "KubeRay rejected the RayJob spec (its message names the rule; cdk synth checks these rules)",
+    "PreRunningDeadlineExceeded": "the job did not start running within preRunningDeadlineSeconds",
     "JobDeploymentStatusTransitionGracePeriodExceeded": "the Ray job ended but KubeRay could not finish the RayJob",
 }
 
@@ -110,10 +113,11 @@ def rayjob_report(rayjob: dict) -> JobReport:
         line += f" ({message.splitlines()[0][:200]})"
     if terminal and deployment == "Complete" and job_status != "SUCCEEDED":
         line += f"; the Ray job ended {job_status}"
+    if deployment == "Suspended":
+        line += "; the RayJob is suspended (spec.suspend): nothing runs until it is resumed"
     return JobReport(deployment, job_status, terminal, succeeded, line)
 
 
-_STEP = re.compile(r"step\s+(\d+)/(\d+) \|.*tok/s/gpu")
 _TRANSPORT = re.compile(r"NCCL transport: (.+)$")
 _SUMMARY = re.compile(r"run summary: (\{.*\})\s*$")
 # The exception line a failing trainer ends with (Ray also logs harmless tracebacks on its own).
@@ -123,22 +127,41 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 @dataclass
 class TrainerProgress:
-    last_step: str | None = None
-    step: int = 0
-    steps: int = 0
+    record: dict | None = None
+    """The trainer's last step record (training.metrics.StepStats as JSON)."""
     transport: str | None = None
     summary: dict | None = None
     errors: list[str] = field(default_factory=list)
 
+    @property
+    def step(self) -> int:
+        return self.record["step"] if self.record else 0
+
+    @property
+    def steps(self) -> int:
+        return self.record["steps"] if self.record else 0
+
+    @property
+    def last_step(self) -> str | None:
+        r = self.record
+        if not r:
+            return None
+        mfu = f", MFU {r['mfu'] * 100:.1f}%" if r.get("mfu") is not None else ""
+        return (f"step {r['step']}/{r['steps']} at {r['time']}: loss {r['loss']:.4f}, "
+                f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU{mfu}, {r['step_time_s'] * 1000:.0f} ms/step")
+
 
 def trainer_progress(lines: list[str]) -> TrainerProgress:
-    """What the trainer's own log lines (forwarded through the Ray job's log) say so far."""
+    """What the trainer's log says so far: its machine-readable step records (training.metrics
+    RECORD_PREFIX), the transport verdict, the run summary and errors."""
+    from training.records import parse_record
+
     progress = TrainerProgress()
     for raw in lines:
         line = _ANSI.sub("", raw).rstrip()
-        if m := _STEP.search(line):
-            progress.last_step = line[m.start():]
-            progress.step, progress.steps = int(m.group(1)), int(m.group(2))
+        if (record := parse_record(line)) is not None:
+            progress.record = record
+            continue
         if m := _TRANSPORT.search(line):
             progress.transport = m.group(1)
         if m := _SUMMARY.search(line):
@@ -149,6 +172,13 @@ def trainer_progress(lines: list[str]) -> TrainerProgress:
         if m := _ERROR.search(line):
             progress.errors.append(line[m.start():][:300])
     return progress
+
+
+def timed_out_line(job: JobReport, progress: TrainerProgress, timeout_s: int) -> str:
+    """What the watch says when it gives up first: the job is not over, and it goes on without us."""
+    where = f", at {progress.last_step}" if progress.last_step else ""
+    return (f"STOPPED WATCHING after {timeout_s} s: {job.line}{where}; the job goes on "
+            "(make watch follows it again; make destroy stops it and the billing)")
 
 
 def final_summary(job: JobReport, progress: TrainerProgress, bucket: str | None) -> list[str]:

@@ -173,11 +173,6 @@ def check_capacity_reservation(ec2, s: Settings) -> list[Check]:
     else:
         checks.append(Check(name, PASS, f"{s.capacity_reservation_id} is active: {available} x {s.gpu_instance_type} "
                                         f"available in {s.gpu_availability_zone}"))
-    if s.placement_group == "on":
-        checks.append(Check("placement group", WARN,
-                            "a cluster placement group and a capacity reservation are both set: launches fail "
-                            "unless the reservation was made in that placement group",
-                            "-c placement_group=auto (off with a reservation)"))
     return checks
 
 

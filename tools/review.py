@@ -7,6 +7,8 @@ review shows the real result of any `-c` overrides.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,6 +20,8 @@ from cdk_constructs.instance_types import (
     PRICES_AS_OF,
 )
 
+_TOKEN = re.compile(r"\$\{Token\[[^\]]*\]\}")
+
 
 def _subnet_azs(resources: dict, subnet_refs: list) -> list[str]:
     azs = []
@@ -26,6 +30,45 @@ def _subnet_azs(resources: dict, subnet_refs: list) -> list[str]:
         az = resources.get(logical_id, {}).get("Properties", {}).get("AvailabilityZone")
         azs.append(az if isinstance(az, str) else "?")
     return sorted(set(azs))
+
+
+def _rendered(value) -> str:
+    """A CloudFormation string with its intrinsics (the bucket's name, ...) shown as placeholders."""
+    if isinstance(value, str):
+        return value
+    if "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_rendered(p) for p in parts)
+    return "deploy-time-value"
+
+
+def training_plan_line(template: dict) -> str | None:
+    """What the RayJob's trainer will do on these nodes (training.plan), from the template's own entrypoint."""
+    from training.config import ConfigError, HUB_ARCHITECTURES, parse_args
+    from training.plan import MODELS, Workload, choose, cluster_of, estimate, Layout, summary_line
+
+    resources = template.get("Resources", {}).values()
+    manifests = [json.loads(_rendered(r["Properties"]["Manifest"]).replace("deploy-time-value", "bucket"))
+                 for r in resources if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "RayJob" in json.dumps(r)]
+    jobs = [m for manifest in manifests for m in manifest if m.get("kind") == "RayJob"]
+    if not jobs:
+        return None
+    try:
+        cfg = parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:])
+    except ConfigError:
+        return None
+    model = MODELS.get(HUB_ARCHITECTURES.get(cfg.model, cfg.model))
+    spec = INSTANCE_TYPES.get(cfg.instance_type or "")
+    if model is None or spec is None or not spec.gpus:
+        return None
+    cluster = cluster_of(spec.name, cfg.workers // spec.gpus)
+    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
+                    activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
+                    steps=cfg.steps)
+    layout_of = lambda sharding: Layout(sharding, not cfg.reshard_after_forward, cfg.reduce_dtype)  # noqa: E731
+    chosen = (choose(model, work, cluster, not cfg.reshard_after_forward, cfg.reduce_dtype) if cfg.sharding == "auto"
+              else estimate(model, work, cluster, layout_of(cfg.sharding)))
+    return "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)"
 
 
 def review_lines(template: dict) -> list[str]:
@@ -60,6 +103,9 @@ def review_lines(template: dict) -> list[str]:
     lines.append(f"placement group: {'cluster' if types.get('AWS::EC2::PlacementGroup') else 'none'}")
     lines.append(f"estimated on-demand cost: ${hourly:.2f}/hour (${hourly * 24:.0f}/day; {PRICES_AS_OF}; "
                  "excludes storage, data transfer and logs)")
+    plan = training_plan_line(template)
+    if plan:
+        lines.append(plan)
     return lines
 
 

@@ -21,6 +21,7 @@ from cdk_constructs.instance_types import INSTANCE_TYPES
 from stacks.settings import Settings
 from tools.cli import parse, tool_parser
 from tools import cluster_status as cs
+from training.records import RECORD_PREFIX
 
 TOKEN_LIFETIME_S = 14 * 60  # EKS tokens live 15 minutes; sign a new one before that
 RAYJOB = ("ray.io", "v1", "rayjobs")
@@ -112,13 +113,15 @@ def wait_for_gpu_nodes(api, s: Settings, timeout_s: int, poll_s: int) -> bool:
         time.sleep(poll_s)
 
 
-def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: int) -> bool:
+def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: int, timeout_s: int) -> bool:
+    """Follow the RayJob until a terminal state (True when it succeeded) or until timeout_s have passed."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     last_line, printed = None, 0
     log_lines: list[str] = []
+    started = time.monotonic()
     while True:
         try:
             rayjob = custom.get_namespaced_custom_object(*RAYJOB[:2], namespace, RAYJOB[2], job_name)
@@ -138,12 +141,17 @@ def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: i
             except ApiException:
                 pass  # container not started yet
             for line in log_lines[printed:]:
+                if RECORD_PREFIX in line:
+                    continue  # the machine-readable twin of the step line above it
                 if "step " in line or "NCCL transport" in line or "run summary" in line or "Error" in line:
                     print("  " + line.strip()[:300], flush=True)
             printed = len(log_lines)
         if job.terminal:
             print("\n".join(cs.final_summary(job, cs.trainer_progress(log_lines), bucket)))
             return job.succeeded
+        if time.monotonic() - started >= timeout_s:
+            print(cs.timed_out_line(job, cs.trainer_progress(log_lines), timeout_s), flush=True)
+            return False
         time.sleep(poll_s)
 
 
@@ -178,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.watch", __doc__)
     parser.add_argument("--node-timeout", type=positive_int, default=1800, help="seconds to wait for GPU nodes")
     parser.add_argument("--poll", type=positive_int, default=15, help="seconds between polls")
+    parser.add_argument("--job-timeout", type=positive_int, default=None,
+                        help="seconds to follow the job before giving up (default: its deadline plus 30 minutes)")
     args, _, s = parse(parser, argv)
     if s is None:
         return 2
@@ -193,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         if not wait_for_gpu_nodes(api, s, args.node_timeout, args.poll):
             code = 1
         else:
-            succeeded = follow_job(api, outputs["Namespace"], outputs["RayJobName"], outputs.get("CheckpointBucket"), args.poll)
+            timeout = args.job_timeout or s.training.active_deadline_seconds + 1800
+            succeeded = follow_job(api, outputs["Namespace"], outputs["RayJobName"], outputs.get("CheckpointBucket"),
+                                   args.poll, timeout)
             code = 0 if succeeded else 1
     except NoCredentialsError:
         print("error: no AWS credentials found; run `aws configure` or `aws sso login` first", file=sys.stderr)

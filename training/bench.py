@@ -52,8 +52,8 @@ class Case:
     memory_cap_gib: float | None = None
 
     def train_config(self, model: str) -> TrainConfig:
-        settings = {**GPU_PROFILES[self.profile], **self.overrides}
-        return validate(TrainConfig(model=model, profile=self.profile, data="random", **settings))
+        settings = {"data": "random", **GPU_PROFILES[self.profile], **self.overrides}
+        return validate(TrainConfig(model=model, profile=self.profile, **settings))
 
 
 @dataclass
@@ -65,6 +65,14 @@ class Group:
     cases: list[Case]
     env: dict = field(default_factory=dict)
     measure_matmul: bool = False
+    gpus_per_node: int | None = None
+    """GPUs of one emulated node (None: all of the group's GPUs are one node); meshes follow it."""
+    measure_links: bool = False
+    """Time all-gather, reduce-scatter and all-reduce at the model's message sizes, in this NCCL environment."""
+
+    @property
+    def emulated_nodes(self) -> int:
+        return self.world_size // (self.gpus_per_node or self.world_size)
 
 
 def plan(suite: str, gpus: int) -> list[Group]:
@@ -90,6 +98,8 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return [group for world in l4_worlds for group in (
             Group(f"l4-world{world}", world, [l4, kept], measure_matmul=world == l4_worlds[0]),
             Group(f"l4-world{world}-sockets", world, sockets, env=dict(SOCKETS_ENV)))]
+    if suite == "layouts":
+        return layout_groups() if gpus >= 2 else []
     variants = [
         Case("trainer, no torch.compile", overrides={"compile": False}),
         Case("trainer, micro-batch 4", overrides={"micro_batch": 4}),
@@ -106,6 +116,38 @@ def plan(suite: str, gpus: int) -> list[Group]:
     if gpus > 1:
         groups.append(Group("world1", 1, [Case(f"{default.name}, one GPU")]))
     return groups
+
+
+# The layouts on the target's link: world size 2 as "two nodes of one GPU" (DESIGN: NCCL with P2P and
+# SHM off talks over sockets at about the g6's 40 Gbit/s). A hybrid mesh there is 2 x 1: replication,
+# one gradient all-reduce per step; it calibrates the link and compute terms of training.plan, which
+# carries hybrid's in-node advantage at 2 x 4.
+LAYOUT_CASES = [
+    ("l4", {}), ("l4", {"reshard_after_forward": False}), ("l4", {"sharding": "hybrid"}),
+    ("l4", {"sharding": "hybrid", "reduce_dtype": "bf16"}),
+    ("h200", {"reshard_after_forward": True}), ("h200", {}), ("h200", {"sharding": "hybrid"}),
+]
+
+
+def layout_name(profile: str, overrides: dict) -> str:
+    from training.plan import Layout
+
+    layout = Layout(overrides.get("sharding", "full"), not overrides.get(
+        "reshard_after_forward", GPU_PROFILES[profile].get("reshard_after_forward", True)), overrides.get("reduce_dtype", "fp32"))
+    return f"{profile} shape, {layout.name}"
+
+
+def layout_groups() -> list[Group]:
+    cases = [Case(layout_name(p, o), profile=p, overrides={"sharding": "full", **o}) for p, o in LAYOUT_CASES]
+    loss_cases = [Case(f"l4 shape, hybrid, {dtype} reduction, pattern data", profile="l4",
+                       overrides={"sharding": "hybrid", "reduce_dtype": dtype, "data": "pattern", "lr": 3e-4,
+                                  "warmup_steps": 5, "steps": 60}) for dtype in ("fp32", "bf16")]
+    return [
+        Group("layouts-nvlink", 2, cases, gpus_per_node=1, measure_links=True, measure_matmul=True),
+        Group("layouts-sockets", 2, [dataclasses.replace(c, name=c.name + ", sockets") for c in cases],
+              env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True),
+        Group("reduce-dtype-loss", 2, loss_cases, gpus_per_node=1),
+    ]
 
 
 # ---------------------------------------------------------------- the worker (one per GPU)
@@ -130,6 +172,10 @@ def worker(group_file: str, out: str, model_name: str, warmup: int, steps: int) 
         dist.all_gather_object(gathered, shapes)
         if rank == 0:
             (results_dir / "matmul.json").write_text(json.dumps({"per_rank": gathered, "device": torch.cuda.get_device_name(device)}, indent=1))
+    if spec.get("measure_links") and cuda:
+        links = link_bandwidth(device, model_name)
+        if rank == 0:
+            (results_dir / f"links-{spec['name']}.json").write_text(json.dumps(links, indent=1))
     full_state = None
     for raw in spec["cases"]:
         case = Case(**raw)
@@ -138,7 +184,7 @@ def worker(group_file: str, out: str, model_name: str, warmup: int, steps: int) 
             from training.model import full_state_dict_on_rank0, model_config
 
             full_state = full_state_dict_on_rank0(cfg, model_config(cfg)) if rank == 0 else {}
-        result = run_case(case, cfg, device, rank, world, full_state, warmup, steps)
+        result = run_case(case, cfg, device, rank, world, full_state, warmup, steps, spec.get("gpus_per_node"))
         result |= {"group": spec["name"], "world_size": world, "env": spec["env"]}
         if rank == 0:
             print(json.dumps(result), flush=True)
@@ -147,7 +193,8 @@ def worker(group_file: str, out: str, model_name: str, warmup: int, steps: int) 
     dist.destroy_process_group()
 
 
-def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_state, warmup: int, steps: int) -> dict:
+def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_state, warmup: int, steps: int,
+             gpus_per_node: int | None = None) -> dict:
     import torch
 
     from training.metrics import model_flops_per_token, peak_memory_gib
@@ -165,11 +212,11 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
     model = optimizer = None
     try:
         if case.recipe == "trainer":
-            model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state)
+            model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state, gpus_per_node)
         else:
             model, optimizer, step = _example_step(cfg, device, rank, world)
         result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
-        timing = time_steps(step, warmup, steps, device)
+        timing = time_steps(step, warmup, cfg.steps if cfg.data == "pattern" else steps, device)
         result |= timing | {"peak_mem_gib": peak_memory_gib(device),
                             "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else 0.0}
     except torch.OutOfMemoryError as error:
@@ -199,15 +246,18 @@ def _meta_model(cfg: TrainConfig):
         return CausalLMWithLoss(AutoModelForCausalLM.from_config(model_config(cfg)))
 
 
-def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state):
-    """The trainer's own pieces, exactly as train_func wires them."""
+def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, gpus_per_node: int | None = None):
+    """The trainer's own pieces, exactly as train_func wires them (the mesh from the emulated nodes)."""
     from training.data import synthetic_batches
-    from training.model import build_model
+    from training.model import build_model, device_mesh
     from training.step import lr_at, make_optimizer, train_step
 
-    model = build_model(cfg, device, rank, world, full_state)
+    per_node = gpus_per_node or world
+    sharding = "full" if cfg.sharding == "auto" else cfg.sharding
+    mesh = device_mesh(device, sharding, world // per_node, per_node)
+    model = build_model(cfg, device, rank, world, full_state, mesh=mesh)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
-    batches = synthetic_batches("random", cfg.seed, model.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
+    batches = synthetic_batches(cfg.data, cfg.seed, model.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
 
     def step(i: int):
         lr = lr_at(i, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
@@ -257,11 +307,12 @@ def time_steps(step, warmup: int, steps: int, device) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    first_loss = None
+    first_loss, losses = None, []
     started = time.perf_counter()
     for i in range(warmup):
         loss = step(i)
         first_loss = first_loss if first_loss is not None else float(loss)
+        losses.append(float(loss))
     sync()
     warmup_s = time.perf_counter() - started
     dist.barrier()
@@ -272,13 +323,57 @@ def time_steps(step, warmup: int, steps: int, device) -> dict:
         last = step(i)
         sync()
         per_step.append(time.perf_counter() - t0)
+        losses.append(float(last))
     total = time.perf_counter() - begin
     final_loss = float(last)
     if final_loss != final_loss:
         raise RuntimeError("the loss is NaN")
     return {"warmup_s": warmup_s, "steps_timed": steps, "step_time_s": total / steps,
             "step_time_min_s": min(per_step), "step_time_max_s": max(per_step),
-            "step_time_median_s": statistics.median(per_step), "first_loss": first_loss, "final_loss": final_loss}
+            "step_time_median_s": statistics.median(per_step), "first_loss": first_loss, "final_loss": final_loss,
+            "losses": losses}
+
+
+def link_bandwidth(device, model_name: str, repeats: int = 5) -> dict:
+    """NCCL bus bandwidth (GB/s) of the collectives FSDP2 issues for this model, at their own sizes:
+    one decoder layer and the root, bf16 gathers and fp32 reductions (NCCL's busbw convention)."""
+    import torch
+    import torch.distributed as dist
+
+    from training.plan import MODELS
+
+    shape, world = MODELS[model_name], dist.get_world_size()
+    layer = shape.layer_params // shape.layers
+    sizes = {"layer": layer, "root": shape.root_params}
+    factor = {"all_gather": (world - 1) / world, "reduce_scatter": (world - 1) / world, "all_reduce": 2 * (world - 1) / world}
+    results = {}
+    for unit, numel in sizes.items():
+        for op, dtype in (("all_gather", torch.bfloat16), ("reduce_scatter", torch.float32), ("all_reduce", torch.float32)):
+            numel -= numel % world
+            full = torch.ones(numel, dtype=dtype, device=device)
+            part = torch.ones(numel // world, dtype=dtype, device=device)
+
+            def once():
+                if op == "all_gather":
+                    dist.all_gather_into_tensor(full, part)
+                elif op == "reduce_scatter":
+                    dist.reduce_scatter_tensor(part, full)
+                else:
+                    dist.all_reduce(full)
+
+            once()
+            torch.cuda.synchronize(device)
+            dist.barrier()
+            started = time.perf_counter()
+            for _ in range(repeats):
+                once()
+            torch.cuda.synchronize(device)
+            seconds = (time.perf_counter() - started) / repeats
+            size = numel * full.element_size()
+            results[f"{op} {unit}"] = {"bytes": size, "seconds": seconds, "busbw_gbps": size * factor[op] / seconds / 1e9}
+            del full, part
+    torch.cuda.empty_cache()
+    return results
 
 
 def matmul_rates(device, repeats: int = 20) -> dict:
@@ -370,6 +465,7 @@ def measured_peak_tflops(out: Path) -> tuple[float | None, dict | None]:
 
 def run_group(group: Group, out: Path, args) -> int:
     spec = {"name": group.name, "env": group.env, "measure_matmul": group.measure_matmul,
+            "gpus_per_node": group.gpus_per_node, "measure_links": group.measure_links,
             "cases": [dataclasses.asdict(c) for c in group.cases]}
     spec_file = out / f"group-{group.name}.json"
     spec_file.write_text(json.dumps(spec, indent=1))
@@ -393,12 +489,74 @@ def run_group(group: Group, out: Path, args) -> int:
         return proc.wait()
 
 
+def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) -> list[dict]:
+    """training.plan's step time for each layout case next to the measured one.
+
+    The link is calibrated by the same run's all-gather bus bandwidth at one decoder layer's size (in the
+    case's NCCL environment); the compute term by the same case's MFU over NVLink, where communication
+    is small. What the sockets cases then test is the model's traffic and overlap arithmetic.
+    """
+    from training.hardware import GPUS
+    from training.plan import CALIBRATION, MODELS, Cluster, Layout, Workload, estimate
+
+    nvlink = {r["name"]: r for r in rows if r.get("group") == "layouts-nvlink" and "error" not in r}
+    out = []
+    for r in rows:
+        if r.get("group") not in ("layouts-nvlink", "layouts-sockets") or "error" in r:
+            continue
+        link = links.get(r["group"], {}).get("all_gather layer")
+        base = nvlink.get(r["name"].removesuffix(", sockets"))
+        if not link or not base:
+            continue
+        st = r["settings"]
+        work = Workload(seq_len=st["seq_len"], micro_batch=st["micro_batch"], grad_accum=st["grad_accum"],
+                        activation_checkpointing=st["activation_checkpointing"], loss_chunk_tokens=st["loss_chunk_tokens"])
+        gpu = GPUS["H200"]
+        mfu = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (gpu.bf16_tflops * 1e12)
+        key = (gpu.name, work.seq_len, work.micro_batch, work.activation_checkpointing)
+        calibration = dataclasses.replace(CALIBRATION, link_efficiency=1.0, measured_efficiency={key: mfu})
+        cluster = Cluster(gpu=gpu, nodes=2, gpus_per_node=1, inter_node_gbps=link["busbw_gbps"], name="2 x (1 H200)")
+        layout = Layout(st["sharding"], not st["reshard_after_forward"], st["reduce_dtype"])
+        predicted = estimate(MODELS[model_name], work, cluster, layout, calibration)
+        out.append({"name": r["name"], "group": r["group"], "measured_step_s": r["step_time_s"],
+                    "predicted_step_s": predicted.step_s, "error": predicted.step_s / r["step_time_s"] - 1,
+                    "link_busbw_gbps": link["busbw_gbps"], "bound": predicted.bound,
+                    "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"]})
+    return out
+
+
+def reduce_dtype_comparison(rows: list[dict]) -> str | None:
+    """How bf16 gradient reduction moves the loss curve against fp32, same seed, data and steps."""
+    curves = {r["settings"]["reduce_dtype"]: r.get("losses") for r in rows
+              if r.get("group") == "reduce-dtype-loss" and "error" not in r and r.get("losses")}
+    if set(curves) != {"fp32", "bf16"}:
+        return None
+    fp32, bf16 = curves["fp32"], curves["bf16"]
+    gaps = [abs(a - b) for a, b in zip(fp32, bf16)]
+    tail = len(fp32) // 4
+    mean_tail = lambda xs: sum(xs[-tail:]) / tail  # noqa: E731
+    return (f"bf16 against fp32 gradient reduction over {len(fp32)} steps (pattern data): loss {fp32[0]:.4f} -> "
+            f"{fp32[-1]:.4f} (fp32) and {bf16[0]:.4f} -> {bf16[-1]:.4f} (bf16); largest gap {max(gaps):.4f}, "
+            f"mean of the last {tail} steps {mean_tail(fp32):.4f} vs {mean_tail(bf16):.4f}")
+
+
+def format_emulation(rows: list[dict]) -> str:
+    lines = ["| case | link GB/s (busbw) | measured s/step | model s/step | error | model says | tokens/s/GPU |",
+             "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {r['link_busbw_gbps']:.1f} | {r['measured_step_s']:.3f} | {r['predicted_step_s']:.3f} | "
+                     f"{r['error']:+.0%} | {r['bound']} | {r['tokens_per_s_per_gpu']:,.0f} |")
+    return "\n".join(lines)
+
+
 def report(out: Path, groups: list[Group], gpus: int) -> str:
     from training.metrics import datasheet_peak_tflops
     from training.transport import judge_files
 
     measured, matmul = measured_peak_tflops(out)
-    raw = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json")) if p.name != "matmul.json"]
+    links = {p.stem.removeprefix("links-"): json.loads(p.read_text()) for p in (out / "results").glob("links-*.json")}
+    raw = [json.loads(p.read_text()) for p in sorted((out / "results").glob("*.json"))
+           if p.name != "matmul.json" and not p.name.startswith("links-")]
     order = {key: n for n, key in enumerate((g.name, c.name) for g in groups for c in g.cases)}
     raw.sort(key=lambda r: order.get((r["group"], r["name"]), 1 << 30))
     device = next((r.get("device") for r in raw if r.get("device")), "")
@@ -416,10 +574,17 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
     lines += ["", format_table(rows), ""]
     lines += [f"- {c}" for c in comparisons(rows)]
     lines += [f"- NCCL transport, group {name}: {line}" for name, line in verdicts.items()]
+    comparison = reduce_dtype_comparison(rows)
+    if comparison:
+        lines.append(f"- {comparison}")
+    emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
+    if emulation:
+        lines += ["", "Model against measurement (training.plan, link and compute calibrated in this run):", "",
+                  format_emulation(emulation)]
     text = "\n".join(lines)
     (out / "results.json").write_text(json.dumps({"measured_peak_tflops": measured, "matmul": matmul,
                                                   "datasheet_peak_tflops": datasheet, "transport": verdicts,
-                                                  "cases": rows}, indent=1))
+                                                  "links": links, "emulation": emulation, "cases": rows}, indent=1))
     (out / "table.md").write_text(text + "\n")
     return text
 
@@ -427,10 +592,12 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke"),
+    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke", "layouts"),
                         help="full: default profile, example recipe, L4 profile, sockets A/B, one GPU; "
                              "variants: the levers one at a time; l4: the L4 profile's communication "
-                             "lever on NVLink and on sockets; smoke: two quick cases")
+                             "lever on NVLink and on sockets; smoke: two quick cases; layouts: full, gathered and "
+                             "hybrid at world size 2 as two nodes, on NVLink and sockets, with link bandwidth and "
+                             "the model's prediction (2 GPUs)")
     parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")

@@ -12,12 +12,16 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from training.hardware import INSTANCE_TYPES
+
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "tiny")
 # The longest sequence each known architecture was built for (Qwen2.5-1.5B's model card: 32,768).
 MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "tiny": 4096}
 # Hub models whose architecture is one of the built-ins (what synth can know without a download).
 HUB_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b"}
+SHARDINGS = ("auto", "full", "hybrid")
+REDUCE_DTYPES = ("fp32", "bf16")
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
 SYNTHETIC_DATA = ("random", "pattern")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -84,6 +88,13 @@ class TrainConfig:
     reshard_after_forward: bool = True
     """Free each layer's gathered weights after forward (re-gathered in backward): less memory.
     Off: they stay gathered through backward and through all of a step's micro-batches."""
+    sharding: str = "auto"
+    """full (FSDP over every GPU), hybrid (shard within a node, replicate across nodes: only one
+    gradient all-reduce per step crosses nodes), or auto (what training.plan says is fastest and fits)."""
+    reduce_dtype: str = "fp32"
+    """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
+    instance_type: str | None = None
+    """The nodes' EC2 instance type (training/hardware.py), for --sharding auto's estimate of the links."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
@@ -117,7 +128,9 @@ class TrainConfig:
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
     inject_failure_at_step: int | None = None
-    """Testing recovery: worker rank 1 (or 0 alone) exits once at this step."""
+    """Testing recovery: the last rank's worker exits once at this step."""
+    inject_nan_at_step: int | None = None
+    """Testing the non-finite guard: rank 0's loss is NaN at this step."""
 
     @property
     def tokens_per_step_per_worker(self) -> int:
@@ -144,6 +157,10 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(-1 <= c.max_failures <= 1000, f"--max-failures: {c.max_failures} must be -1 (unlimited) or between 0 and 1000")
     require(1 <= c.loss_chunk_tokens <= MAX_LOSS_CHUNK_TOKENS,
             f"--loss-chunk-tokens: {c.loss_chunk_tokens} must be between 1 and {MAX_LOSS_CHUNK_TOKENS}")
+    require(c.sharding in SHARDINGS, f"--sharding: {c.sharding!r} must be one of {', '.join(SHARDINGS)}")
+    require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
+    require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
+            f"--instance-type: {c.instance_type!r} is not in training/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
@@ -169,8 +186,10 @@ def validate(c: TrainConfig) -> TrainConfig:
             f"--text-field: {c.text_field!r} must be a field name (letters, digits, '_')")
     if c.cache_dir is not None:
         _validate_location("--cache-dir", c.cache_dir, remote=False)
-    require(c.inject_failure_at_step is None or 1 <= c.inject_failure_at_step <= c.steps,
-            f"--inject-failure-at-step: {c.inject_failure_at_step} must be between 1 and the number of steps ({c.steps})")
+    for option in ("inject_failure_at_step", "inject_nan_at_step"):
+        value = getattr(c, option)
+        require(value is None or 1 <= value <= c.steps,
+                f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
     return c
 
 

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
-# Dense bf16 tensor-core peaks, TFLOP/s per GPU, from the vendors' datasheets (no sparsity).
-DATASHEET_BF16_TFLOPS = {
-    "H200": 989.0,
-    "H100": 989.0,  # SXM; the PCIe part is lower (756)
-    "A100": 312.0,
-    "L40S": 362.0,
-    "A10G": 70.0,  # AWS's A10G runs below the A10's 125
-    "L4": 121.0,
-}
-
+from training.hardware import gpu_for_device_name
+from training.records import format_record
 
 def datasheet_peak_tflops(device_name: str) -> float | None:
-    """Peak for a CUDA device name such as 'NVIDIA H200' or 'NVIDIA L4'; None if unknown."""
-    name = device_name.upper()
-    for model in sorted(DATASHEET_BF16_TFLOPS, key=len, reverse=True):
-        if model in name.replace("-", " ").split() or model in name:
-            return DATASHEET_BF16_TFLOPS[model]
-    return None
+    """Dense bf16 peak (training/hardware.py) of a CUDA device name such as 'NVIDIA H200'; None if unknown."""
+    gpu = gpu_for_device_name(device_name)
+    return gpu.bf16_tflops if gpu else None
 
 
 def count_params(model: torch.nn.Module, exclude_embedding: bool = False) -> int:
@@ -78,8 +68,14 @@ def peak_memory_gib(device: torch.device) -> float:
     return 0.0
 
 
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass
 class StepStats:
+    time: str
+    """UTC time the step was measured (ISO 8601)."""
     step: int
     steps: int
     loss: float
@@ -92,11 +88,15 @@ class StepStats:
     step_time_s: float
     eta_s: float
 
+    def record(self) -> str:
+        """One JSON line for machines: the same figures, full precision (metrics.jsonl, the watcher)."""
+        return format_record(asdict(self))
+
     def line(self) -> str:
         mfu = f" mfu {self.mfu * 100:5.1f}%" if self.mfu is not None else ""
         mem = f" mem {self.peak_mem_gib:5.1f}GiB" if self.peak_mem_gib else ""
         return (
-            f"step {self.step:>5}/{self.steps} | loss {self.loss:7.4f} | lr {self.lr:.2e} | "
+            f"{self.time} step {self.step:>5}/{self.steps} | loss {self.loss:7.4f} | lr {self.lr:.2e} | "
             f"gnorm {self.grad_norm:6.3f} | {self.tokens_per_s_per_gpu:9,.0f} tok/s/gpu | "
             f"{self.tflops_per_gpu:7.2f} TFLOP/s/gpu{mfu}{mem} | {self.step_time_s * 1000:7.1f} ms/step | "
             f"eta {_duration(self.eta_s)}"
@@ -109,15 +109,19 @@ def _duration(seconds: float) -> str:
 
 
 class Throughput:
-    """Wall time between logged steps, so that unlogged steps need no host sync."""
+    """Wall time between logged steps, so that unlogged steps need no host sync.
 
-    def __init__(self, tokens_per_step_per_gpu: int, flops_per_tok: float, peak_tflops: float | None) -> None:
+    start_step: the step the run starts from (a resumed run's restored step), so that the first
+    measurement divides by the steps this process ran, not by all steps since step 0.
+    """
+
+    def __init__(self, tokens_per_step_per_gpu: int, flops_per_tok: float, peak_tflops: float | None,
+                 start_step: int = 0) -> None:
         self.tokens_per_step = tokens_per_step_per_gpu
         self.flops_per_tok = flops_per_tok
         self.peak_tflops = peak_tflops
         self.last_time = time.perf_counter()
-        self.last_step = 0
-        self.start_time = self.last_time
+        self.last_step = start_step
 
     def reset(self, step: int) -> None:
         self.last_time, self.last_step = time.perf_counter(), step
@@ -130,7 +134,7 @@ class Throughput:
         self.last_time, self.last_step = now, step
         tps, tflops, utilisation = rates(self.tokens_per_step, step_time, self.flops_per_tok, self.peak_tflops)
         return StepStats(
-            step=step, steps=steps, loss=loss, lr=lr, grad_norm=grad_norm,
+            time=utc_now(), step=step, steps=steps, loss=loss, lr=lr, grad_norm=grad_norm,
             tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
             mfu=utilisation,
             peak_mem_gib=peak_mem, step_time_s=step_time, eta_s=step_time * (steps - step),

@@ -98,27 +98,39 @@ def apply_compile(model: CausalLMWithLoss) -> None:
         layer.compile()
 
 
-def apply_fsdp(model: CausalLMWithLoss, device: torch.device, world_size: int,
-               reshard_after_forward: bool = True) -> None:
+REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def device_mesh(device: torch.device, sharding: str, nodes: int, gpus_per_node: int):
+    """full: one dimension over every rank. hybrid: (replicate across nodes, shard within a node).
+
+    Ray Train numbers ranks node by node (ranks 0..g-1 on the first node), so row i of the 2-D
+    mesh is node i's GPUs: the shard groups stay inside a node, the replicate groups cross nodes.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if sharding == "hybrid":
+        return init_device_mesh(device.type, (nodes, gpus_per_node), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device.type, (nodes * gpus_per_node,), mesh_dim_names=("shard",))
+
+
+def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard_after_forward: bool = True,
+               reduce_dtype: str = "fp32") -> None:
     """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head).
 
-    The tied embedding and lm_head are one parameter, so they must share a unit: the root.
-    On GPU: bf16 compute, fp32 master weights and optimizer state, fp32 gradient reduction.
-    On CPU (gloo): fp32 throughout; gloo's reduce-scatter sums instead of averaging
-    (pytorch issue 162338), so gradients are divided by the world size explicitly.
+    The tied embedding and lm_head are one parameter, so they must share a unit: the root. With a
+    2-D mesh every unit is hybrid-sharded (HSDP): sharded along "shard", replicated along "replicate".
+    On GPU: bf16 compute, fp32 master weights and optimizer state, gradients reduced in reduce_dtype.
+    On CPU (gloo): fp32 throughout (torch 2.13 averages gradients on gloo as on NCCL).
     """
     if device.type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
     else:
         mp = MixedPrecisionPolicy()
     for layer in model.decoder_layers:
-        fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     # The root's parameters are used last in forward and first in backward: keep them gathered.
-    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
-    if device.type != "cuda" and world_size > 1:
-        for module in model.modules():
-            if hasattr(module, "set_gradient_divide_factor"):
-                module.set_gradient_divide_factor(float(world_size))
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
 
 
 def _reset_non_persistent_buffers(model: CausalLMWithLoss, device: torch.device) -> None:
@@ -132,11 +144,12 @@ def _reset_non_persistent_buffers(model: CausalLMWithLoss, device: torch.device)
 
 
 def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: int,
-                full_state: dict[str, torch.Tensor] | None = None) -> CausalLMWithLoss:
+                full_state: dict[str, torch.Tensor] | None = None, mesh=None) -> CausalLMWithLoss:
     """The sharded, materialised model with rank 0's weights broadcast to every worker.
 
     full_state: rank 0's full weights when the caller already has them (the benchmark reuses
     one random init across configurations); loaded or initialised here when None.
+    mesh: the device mesh of the sharding layout (device_mesh); None shards over every rank.
     """
     from transformers import AutoModelForCausalLM
 
@@ -151,7 +164,7 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         apply_activation_checkpointing(model)
     if cfg.compile and device.type == "cuda":
         apply_compile(model)
-    apply_fsdp(model, device, world_size, cfg.reshard_after_forward)
+    apply_fsdp(model, device, mesh, cfg.reshard_after_forward, cfg.reduce_dtype)
     model.to_empty(device=device)
     _reset_non_persistent_buffers(model, device)
     load_full_state_from_rank0(model, full_state, device, rank)

@@ -20,6 +20,12 @@ def write_text(uri: str, text: str) -> None:
         stream.write(text.encode())
 
 
+def read_text(uri: str) -> str:
+    fs, path = _filesystem(uri)
+    with fs.open_input_stream(path) as stream:
+        return stream.read().decode()
+
+
 def upload_folder(local: str | Path, uri: str) -> None:
     import pyarrow.fs
 

@@ -32,7 +32,7 @@ def train_func(config: dict) -> None:
     from training import checkpoint as ckpt
     from training.data import dataset_batches, synthetic_batches
     from training.model import build_model
-    from training.step import lr_at, make_optimizer, train_step
+    from training.step import NonFiniteStep, lr_at, make_optimizer, train_step
 
     cfg = TrainConfig(**config)
     context = ray.train.get_context()
@@ -42,7 +42,8 @@ def train_func(config: dict) -> None:
         torch.cuda.set_device(device)
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
 
-    model = build_model(cfg, device, rank, world)
+    mesh, sharding = sharding_mesh(cfg, device, rank, world)
+    model = build_model(cfg, device, rank, world, mesh=mesh)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
     step, position = 0, 0
     from training.storage import latest_checkpoint
@@ -61,30 +62,45 @@ def train_func(config: dict) -> None:
 
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
-    throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak)
+    throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
+    records = read_records(cfg, up_to_step=step) if rank == 0 else []
     history: list[dict] = []
     last = None
+    if step >= cfg.steps:
+        log(rank, f"the run is complete: its checkpoint is at step {step} of {cfg.steps}; nothing to train")
     while step < cfg.steps:
         maybe_inject_failure(cfg, step + 1, rank, world)
         lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-        loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                     keep_weights_gathered=not cfg.reshard_after_forward)
+        injected = maybe_inject_nan(cfg, step + 1, rank, model)
+        try:
+            loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
+                                         keep_weights_gathered=not cfg.reshard_after_forward)
+        except NonFiniteStep as error:
+            # Stop here: no update was applied, and no checkpoint of this state is written.
+            raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
+                               f"is untouched (lower --lr or check the data)") from None
+        finally:
+            if injected:
+                injected.remove()
         step += 1
         position += cfg.grad_accum
         if step % cfg.log_every == 0 or step == cfg.steps:
             dist.all_reduce(loss)  # the mean over workers; also the host sync of this step
-            norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-            last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(norm), peak_memory_gib(device))
+            last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(grad_norm), peak_memory_gib(device))
             history.append({"step": step, "loss": last.loss, "lr": lr, "grad_norm": last.grad_norm})
+            records.append(last.record())
             log(rank, last.line())
+            log(rank, last.record())
         if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
             # The history rides on the last report only: Ray Train logs every report in full.
-            metrics = {"step": step, "transport": transport, "world_size": world,
+            metrics = {"step": step, "transport": transport, "world_size": world, "sharding": sharding,
                        **({"loss_history": history} if step == cfg.steps else {}),
                        **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
             with tempfile.TemporaryDirectory() as folder:
                 ckpt.save(folder, model, optimizer, step, position, rank)
                 ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+            if rank == 0:
+                write_records(cfg, records)
             throughput.reset(step)  # keep checkpoint time out of the next step's throughput
     if cfg.export_hf:
         with tempfile.TemporaryDirectory() as folder:
@@ -100,8 +116,42 @@ def log(rank: int, message: str) -> None:
         print(message, flush=True)
 
 
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_records(cfg: TrainConfig, up_to_step: int) -> list[str]:
+    """The run's step records so far (a resumed run continues its file), without steps past the checkpoint."""
+    from training.records import RECORD_PREFIX, parse_record
+    from training.storage import exists, read_text
+
+    uri = f"{run_uri(cfg)}/{METRICS_FILE}"
+    if up_to_step == 0 or not exists(uri):
+        return []
+    kept = []
+    for line in read_text(uri).splitlines():
+        record = parse_record(RECORD_PREFIX + line)
+        if record and record["step"] <= up_to_step:
+            kept.append(RECORD_PREFIX + line)
+    return kept
+
+
+def write_records(cfg: TrainConfig, records: list[str]) -> None:
+    """metrics.jsonl beside the checkpoints: one JSON object per logged step."""
+    from training.records import RECORD_PREFIX
+    from training.storage import write_text
+
+    write_text(f"{run_uri(cfg)}/{METRICS_FILE}", "".join(r.removeprefix(RECORD_PREFIX) + "\n" for r in records))
+
+
+def maybe_inject_nan(cfg: TrainConfig, step: int, rank: int, model: torch.nn.Module):
+    """Testing the non-finite guard: rank 0's loss becomes NaN at the given step (a hook to remove)."""
+    if cfg.inject_nan_at_step != step or rank != 0:
+        return None
+    return model.register_forward_hook(lambda module, args, output: output * float("nan"))
+
+
 def maybe_inject_failure(cfg: TrainConfig, step: int, rank: int, world: int) -> None:
-    """Testing recovery: one worker dies once, at the start of the given step."""
+    """Testing recovery: the last rank's worker dies once, at the start of the given step."""
     if cfg.inject_failure_at_step != step or rank != world - 1:
         return
     from training.storage import exists, write_text
@@ -137,6 +187,27 @@ def check_transport(cfg: TrainConfig, rank: int) -> str:
             raise RuntimeError(f"--require-efa: {line}")
     log(rank, f"NCCL transport: {line}")
     return line
+
+
+def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int):
+    """The device mesh of the run's sharding layout, from where Ray placed the workers (training.plan)."""
+    import ray
+
+    from training.hardware import gpu_for_device_name
+    from training.model import device_mesh, model_config
+    from training.plan import Workload, node_layout, resolve_sharding, shape_of
+
+    node_of_rank: list = [None] * world
+    dist.all_gather_object(node_of_rank, ray.get_runtime_context().get_node_id())
+    nodes, per_node = node_layout(node_of_rank)
+    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
+                    activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
+                    steps=cfg.steps)
+    gpu = gpu_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    sharding, why = resolve_sharding(cfg.sharding, shape_of(model_config(cfg)), work, nodes, per_node, gpu,
+                                     cfg.instance_type, not cfg.reshard_after_forward, cfg.reduce_dtype)
+    log(rank, f"sharding: {sharding} over {nodes} node(s) x {per_node} worker(s) ({why})")
+    return device_mesh(device, sharding, nodes, per_node), sharding
 
 
 def nccl_log_dir(cfg: TrainConfig) -> Path:
@@ -236,6 +307,7 @@ def fit(cfg: TrainConfig) -> dict:
         "mfu": metrics.get("mfu"),
         "peak_mem_gib": metrics.get("peak_mem_gib"),
         "transport": metrics.get("transport"),
+        "sharding": metrics.get("sharding"),
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "loss_history": metrics.get("loss_history"),
     }

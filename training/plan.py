@@ -1,0 +1,441 @@
+"""What a deployment will do, before anyone pays: `python -m training.plan --help`.
+
+For an instance type, a number of nodes and the training settings, each sharding layout gets its
+FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
+time of each, which one bounds the step, the tokens/s per GPU, the memory per GPU, and the time
+and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory.
+
+Layouts:
+- full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
+  and again in backward (the root, embedding and final norm, once); the last micro-batch
+  reduce-scatters the gradients. On several nodes all of it crosses the inter-node link.
+- hybrid: a 2-D mesh, replicas across nodes, shards within a node (HSDP). All-gathers and the
+  reduce-scatter stay inside the node; once per step each GPU all-reduces its gradient shard with
+  its replicas on the other nodes.
+- +gathered: weights stay gathered from the first micro-batch's forward to the last one's
+  backward: one all-gather per step instead of two per micro-batch, for the whole bf16 model in memory.
+- +bf16: gradients are reduced in bf16 instead of fp32: half the reduction bytes.
+
+Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
+over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
+through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
+measurement recorded in docs/bench-results/ (CALIBRATION, with the run it came from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from training.hardware import GIB, GPUS, INSTANCE_TYPES, GpuSpec
+
+SHARDINGS = ("full", "hybrid")
+REDUCE_DTYPES = {"fp32": 4, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Parameter counts of a decoder-only model (a tied embedding counted once)."""
+
+    name: str
+    layer_params: int
+    """All decoder layers together."""
+    root_params: int
+    """What the root FSDP unit holds: the (tied) embedding and the final norm."""
+    layers: int
+    hidden: int
+    heads: int
+    head_dim: int
+    vocab: int
+
+    @property
+    def params(self) -> int:
+        return self.layer_params + self.root_params
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """6N + 12 L H Q T, as training.metrics counts it (torchtitan's convention)."""
+        return 6 * self.params + 12 * self.layers * self.heads * self.head_dim * seq_len
+
+
+# Counted on the built-in configurations (training.model.builtin_config).
+MODELS = {
+    "qwen2.5-1.5b": ModelShape("qwen2.5-1.5b", layer_params=1_310_339_072, root_params=233_375_232, layers=28,
+                               hidden=1536, heads=12, head_dim=128, vocab=151936),
+    "tiny": ModelShape("tiny", layer_params=74_240, root_params=32_832, layers=2, hidden=64, heads=4, head_dim=16, vocab=512),
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The per-GPU shape of a step, as the trainer's options set it."""
+
+    seq_len: int = 2048
+    micro_batch: int = 1
+    grad_accum: int = 4
+    activation_checkpointing: bool = True
+    loss_chunk_tokens: int = 2048
+    steps: int = 200
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.micro_batch * self.grad_accum
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpu: GpuSpec
+    nodes: int
+    gpus_per_node: int
+    inter_node_gbps: float
+    """GB/s one way through each node's network (all its GPUs share it)."""
+    usd_per_hour: float = 0.0
+    """All nodes together."""
+    name: str = ""
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def cluster_of(instance_type: str, nodes: int) -> Cluster:
+    spec = INSTANCE_TYPES[instance_type]
+    return Cluster(gpu=spec.gpu, nodes=nodes, gpus_per_node=spec.gpus, inter_node_gbps=spec.network_gbps,
+                   usd_per_hour=spec.usd_per_hour * nodes, name=f"{nodes} x {instance_type}")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured ratios the model multiplies datasheet figures by; each names the run it came from."""
+
+    compute_efficiency: float
+    """MFU (model FLOP/s over the datasheet peak) where no measurement of the GPU at the shape exists:
+    what this trainer reaches on a saturated GPU without activation checkpointing."""
+    compute_efficiency_recompute: float
+    """The same with activation checkpointing on (the recomputation is not counted as useful work)."""
+    measured_efficiency: dict
+    """MFU measured for (GPU, seq_len, micro_batch, activation checkpointing): a small per-GPU batch on
+    a large GPU is dominated by overheads that a saturated-shape figure does not show."""
+    link_efficiency: float
+    """NCCL bus bandwidth of large collectives over the nominal link bandwidth."""
+    activation_bytes: float
+    """Bytes kept per token, hidden unit and layer for backward without recomputation (bf16 activations)."""
+    loss_chunk_bytes: float
+    """Peak bytes per token and vocabulary entry of one fused LM-head + loss chunk."""
+    allocator_overhead: float
+    """Reserved over allocated memory of PyTorch's caching allocator: what must fit in the GPU."""
+    source: str
+
+    def efficiency(self, gpu: str, work: "Workload") -> float:
+        key = (gpu, work.seq_len, work.micro_batch, work.activation_checkpointing)
+        if key in self.measured_efficiency:
+            return self.measured_efficiency[key]
+        return self.compute_efficiency_recompute if work.activation_checkpointing else self.compute_efficiency
+
+
+# docs/bench-results/2026-11-30-h200x2-*.json (2 x H200, Qwen2.5-1.5B, torch.compile, bf16):
+# - compute: h200 profile (8 x 4096) without recomputation, 1 GPU: 75.0% MFU; with activation
+#   checkpointing (variants suite, 2 GPUs over NVLink, where communication hides): 60.0%; the l4
+#   profile's shape (1 x 2048, recomputation), 2 GPUs over NVLink: 15.6%.
+# - link: NCCL over NVLink, 224-314 GB/s bus bandwidth for 64-512 MiB collectives against 450 GB/s
+#   nominal: 0.60 (the lower end, the message sizes of one decoder layer).
+# - memory: peak allocated 82.1 GiB (h200 profile, no recomputation), 22.6 GiB (same with
+#   recomputation) and 16.8 GiB (l4 profile, world size 2) fit the activation and loss-chunk terms
+#   (the model gives 79.4, 23.8 and 16.4 GiB); the l4 profile's 21.3 GiB reserved gives the
+#   allocator overhead.
+# docs/benchmarks.md, "Layouts on the emulated link", adds the 2 x H200 sockets runs that test it.
+CALIBRATION = Calibration(
+    compute_efficiency=0.750, compute_efficiency_recompute=0.600,
+    measured_efficiency={("H200", 2048, 1, True): 0.156, ("H200", 4096, 8, False): 0.727},
+    link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
+    source="2 x H200 benchmark runs of 2026-11-30 (docs/bench-results)",
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    sharding: str = "full"
+    keep_gathered: bool = False
+    reduce_dtype: str = "fp32"
+
+    @property
+    def name(self) -> str:
+        return self.sharding + ("+gathered" if self.keep_gathered else "") + ("+bf16" if self.reduce_dtype == "bf16" else "")
+
+
+ALL_LAYOUTS = tuple(Layout(s, k, r) for s in SHARDINGS for k in (False, True) for r in REDUCE_DTYPES)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    layout: Layout
+    flops_per_step: float
+    """Model FLOPs per GPU per optimizer step (recomputation not counted)."""
+    intra_bytes: float
+    """Bytes each GPU moves per step over the intra-node link (bus bytes)."""
+    inter_bytes: float
+    """Bytes each node moves per step through its network, one way."""
+    compute_s: float
+    intra_s: float
+    inter_s: float
+    exposed_s: float
+    """Communication that cannot overlap compute: the root's gathers and the last reduction."""
+    step_s: float
+    memory_gib: float
+    """Peak reserved memory per GPU."""
+    fits: bool
+    tokens_per_s_per_gpu: float
+    mfu: float
+    run_s: float
+    run_usd: float
+
+    @property
+    def bound(self) -> str:
+        slowest = max(("compute", self.compute_s), ("intra-node link", self.intra_s), ("inter-node link", self.inter_s),
+                      key=lambda item: item[1])
+        return slowest[0] + "-bound"
+
+
+def _gather_factor(n: int) -> float:
+    return (n - 1) / n if n > 1 else 0.0
+
+
+def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout,
+             calibration: Calibration = CALIBRATION) -> Estimate:
+    """One layout's step time, memory and cost (see the module docstring for the traffic it counts)."""
+    g, nodes, world = cluster.gpus_per_node, cluster.nodes, cluster.world
+    hybrid = layout.sharding == "hybrid" and nodes > 1
+    shard = g if hybrid else world
+    m = work.grad_accum
+    weight_layers, weight_root = 2 * model.layer_params, 2 * model.root_params  # bf16
+    grad = REDUCE_DTYPES[layout.reduce_dtype] * model.params
+    # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once
+    # per micro-batch (it stays gathered from forward through backward).
+    gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * (1 if layout.keep_gathered else m)
+    shard_traffic = (gathered + grad) * _gather_factor(shard)  # all-gathers and the reduce-scatter, per GPU
+    replica_traffic = 2 * grad * _gather_factor(nodes) if hybrid else 0.0  # the all-reduce, per node
+    link = calibration.link_efficiency
+    intra_gbps = cluster.gpu.intra_node_gbps * link
+    inter_gbps = cluster.inter_node_gbps * link if nodes > 1 else float("inf")
+    if hybrid or nodes == 1:
+        intra_bytes, inter_bytes = shard_traffic, replica_traffic
+    else:
+        # One ring over all GPUs: each node's network carries what every ring edge carries.
+        intra_bytes, inter_bytes = shard_traffic, shard_traffic
+    intra_s = intra_bytes / (intra_gbps * 1e9) if intra_bytes else 0.0
+    inter_s = inter_bytes / (inter_gbps * 1e9) if inter_bytes else 0.0
+
+    flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
+    efficiency = calibration.efficiency(cluster.gpu.name, work)
+    compute_s = flops / (cluster.gpu.bf16_tflops * 1e12 * efficiency)
+    # Before the first layer computes, the root's gather must land; after the last backward, the
+    # reductions of the root's gradients (the embedding: 15% of Qwen2.5-1.5B) still have to run.
+    root_share = model.root_params / model.params
+    comm_s = max(intra_s, inter_s)
+    exposed_s = comm_s * root_share * ((1 + 1) / (m + 1) if not layout.keep_gathered else 1.0)
+    step_s = max(compute_s, comm_s) + exposed_s
+
+    memory = memory_bytes(model, work, layout, shard, calibration) * calibration.allocator_overhead
+    tokens_per_s = work.tokens_per_step / step_s
+    run_s = step_s * work.steps
+    return Estimate(
+        layout=layout, flops_per_step=flops, intra_bytes=intra_bytes, inter_bytes=inter_bytes,
+        compute_s=compute_s, intra_s=intra_s, inter_s=inter_s, exposed_s=exposed_s, step_s=step_s,
+        memory_gib=memory / GIB, fits=memory <= usable_bytes(cluster.gpu), tokens_per_s_per_gpu=tokens_per_s,
+        mfu=tokens_per_s * model.flops_per_token(work.seq_len) / (cluster.gpu.bf16_tflops * 1e12),
+        run_s=run_s, run_usd=cluster.usd_per_hour * run_s / 3600,
+    )
+
+
+def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, calibration: Calibration) -> float:
+    """Allocated bytes per GPU at the peak of a step.
+
+    Sharded fp32 weights and AdamW's two fp32 moments: 12 bytes per parameter over the shard group.
+    Gradients: the fp32 shard after the reduce-scatter (4 bytes over the group), or, while micro-batches
+    accumulate with gradient sync off, FSDP2's unsharded gradient of every parameter in the reduction
+    dtype, whatever the world size; the larger of the two is the peak. Gathered bf16 weights: the whole
+    model when kept gathered, else the root and two layers in flight. Activations: each layer's input
+    with recomputation (plus one layer being recomputed), all of them without. One chunk of the fused
+    LM head + loss.
+    """
+    state = 12 * model.params / shard
+    gradients = 4 * model.params / shard
+    if work.grad_accum > 1:
+        gradients = max(gradients, REDUCE_DTYPES[layout.reduce_dtype] * model.params)
+    layer = model.layer_params / model.layers
+    gathered = 2 * model.params if layout.keep_gathered else 2 * (model.root_params + 2 * layer)
+    tokens = work.seq_len * work.micro_batch
+    per_layer = calibration.activation_bytes * tokens * model.hidden
+    if work.activation_checkpointing:
+        activations = 2 * tokens * model.hidden * model.layers + per_layer
+    else:
+        activations = per_layer * model.layers
+    loss = calibration.loss_chunk_bytes * min(work.loss_chunk_tokens, tokens) * model.vocab
+    return state + gradients + gathered + activations + loss
+
+
+# What a GPU's memory leaves to the allocator: the CUDA context, cuBLAS workspaces and NCCL's buffers
+# take about 1.5 GiB (the 24 GB L4 was emulated at a 22 GiB cap for this reason, docs/benchmarks.md).
+RESERVED_OUTSIDE_ALLOCATOR = 1.5 * GIB
+
+
+def usable_bytes(gpu: GpuSpec) -> float:
+    return gpu.memory_gb * 1e9 - RESERVED_OUTSIDE_ALLOCATOR
+
+
+def rank_layouts(model: ModelShape, work: Workload, cluster: Cluster,
+                 calibration: Calibration = CALIBRATION) -> list[Estimate]:
+    """Every layout, fastest first; layouts that do not fit in memory after those that do."""
+    layouts = ALL_LAYOUTS if cluster.nodes > 1 else tuple(l for l in ALL_LAYOUTS if l.sharding == "full")
+    estimates = [estimate(model, work, cluster, layout, calibration) for layout in layouts]
+    return sorted(estimates, key=lambda e: (not e.fits, e.step_s))
+
+
+def choose(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False, reduce_dtype: str = "fp32",
+           calibration: Calibration = CALIBRATION) -> Estimate:
+    """What `--sharding auto` trains with: full or hybrid, whichever is faster among those that fit (the
+    smaller if neither fits); keeping weights gathered and the reduction dtype stay the user's settings."""
+    estimates = [estimate(model, work, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
+                 for s in (SHARDINGS if cluster.nodes > 1 else ("full",))]
+    fitting = [e for e in estimates if e.fits]
+    return min(fitting, key=lambda e: e.step_s) if fitting else min(estimates, key=lambda e: e.memory_gib)
+
+
+# ---------------------------------------------------------------- the trainer's layout
+
+
+class LayoutError(ValueError):
+    """The workers' placement cannot carry the layout; the message is one line."""
+
+
+def node_layout(node_of_rank: list[str]) -> tuple[int, int]:
+    """(nodes, workers per node) from each rank's node, as Ray places them.
+
+    Hybrid sharding needs every node to hold the same number of workers, with consecutive ranks (Ray
+    Train numbers them node by node); anything else is refused, never guessed.
+    """
+    nodes: list[str] = []
+    for node in node_of_rank:
+        if not nodes or nodes[-1] != node:
+            if node in nodes:
+                raise LayoutError(f"ranks of node {node} are not consecutive ({node_of_rank}): "
+                                  "a hybrid mesh needs each node's workers numbered together")
+            nodes.append(node)
+    counts = [node_of_rank.count(n) for n in nodes]
+    if len(set(counts)) != 1:
+        raise LayoutError(f"uneven placement: {dict(zip(nodes, counts))} workers per node; hybrid sharding needs the "
+                          "same number on every node (one worker per GPU, every node's GPUs)")
+    return len(nodes), counts[0]
+
+
+def shape_of(config) -> ModelShape:
+    """A Hugging Face decoder config's shape: parameters counted on the meta device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in lm.parameters())
+    layers = sum(p.numel() for p in lm.model.layers.parameters())
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return ModelShape(getattr(config, "name_or_path", "") or "model", layer_params=layers, root_params=total - layers,
+                      layers=config.num_hidden_layers, hidden=config.hidden_size, heads=config.num_attention_heads,
+                      head_dim=head_dim, vocab=config.vocab_size)
+
+
+def resolve_sharding(requested: str, model: ModelShape, work: Workload, nodes: int, gpus_per_node: int,
+                     gpu: GpuSpec | None, instance_type: str | None, keep_gathered: bool,
+                     reduce_dtype: str) -> tuple[str, str]:
+    """(full or hybrid, why) for --sharding; auto asks the model which fits and is faster.
+
+    One node: full (a hybrid mesh would be the same). Several nodes with a known instance type: the
+    faster of the two that fits. Unknown instance type: hybrid when a node's GPUs hold the sharded
+    state (it never moves more across nodes than full), else full.
+    """
+    if requested != "auto":
+        return requested, "as set"
+    if nodes == 1:
+        return "full", "one node"
+    if instance_type and gpu:
+        cluster = cluster_of(instance_type, nodes)
+        best = choose(model, work, cluster, keep_gathered, reduce_dtype)
+        return best.layout.sharding, (f"fastest that fits on {cluster.name}: ~{best.step_s:.2f} s/step, "
+                                      f"{best.memory_gib:.1f} GiB/GPU, {best.bound}")
+    hybrid = memory_bytes(model, work, Layout("hybrid", keep_gathered, reduce_dtype), gpus_per_node,
+                          CALIBRATION) * CALIBRATION.allocator_overhead
+    if gpu is None or hybrid <= usable_bytes(gpu):
+        return "hybrid", "several nodes; a node's GPUs hold the sharded state"
+    return "full", f"several nodes, but a node's GPUs cannot hold the sharded state ({hybrid / GIB:.1f} GiB/GPU)"
+
+
+# ---------------------------------------------------------------- the report
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def summary_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estimate) -> str:
+    """One line for the synth review: what the deployment will do with its layout."""
+    return (f"{cluster.name}, {chosen.layout.name}: {chosen.bound}, ~{chosen.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
+            f"{work.steps} steps in ~{_duration(chosen.run_s)}, ~${chosen.run_usd:,.2f} "
+            f"({chosen.memory_gib:.1f} GiB/GPU of {cluster.gpu.memory_gb:g} GB)")
+
+
+def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Calibration = CALIBRATION) -> str:
+    rows = [f"{cluster.name} ({cluster.world} x {cluster.gpu.name}, {cluster.gpu.intra_node_link} "
+            f"{cluster.gpu.intra_node_gbps:g} GB/s per GPU, network {cluster.inter_node_gbps:g} GB/s per node), "
+            f"{model.name}, {work.micro_batch} x {work.seq_len} x {work.grad_accum} micro-batches per GPU"
+            f"{', recomputation' if work.activation_checkpointing else ''}",
+            "| layout | step s | compute s | intra-node s (GB) | inter-node s (GB) | bound | tok/s/GPU | MFU | "
+            "memory GiB | fits | run | run $ |",
+            "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for e in rank_layouts(model, work, cluster, calibration):
+        rows.append(f"| {e.layout.name} | {e.step_s:.2f} | {e.compute_s:.2f} | {e.intra_s:.2f} ({e.intra_bytes / 1e9:.1f}) | "
+                    f"{e.inter_s:.2f} ({e.inter_bytes / 1e9:.1f}) | {e.bound} | {e.tokens_per_s_per_gpu:,.0f} | "
+                    f"{e.mfu:.1%} | {e.memory_gib:.1f} | {'yes' if e.fits else 'NO'} | {_duration(e.run_s)} | "
+                    f"{e.run_usd:,.2f} |")
+    rows.append(f"calibration: {calibration.source}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.config import GPU_PROFILES, HUB_ARCHITECTURES
+
+    parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of training/hardware.py")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--model", default="qwen2.5-1.5b", help=f"{', '.join(MODELS)} or a hub id of one")
+    parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES), help="the trainer's GPU profile")
+    parser.add_argument("--seq-len", type=int)
+    parser.add_argument("--micro-batch", type=int)
+    parser.add_argument("--grad-accum", type=int)
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args(argv)
+    spec = INSTANCE_TYPES.get(args.instance_type)
+    if spec is None or spec.gpu is None:
+        known = ", ".join(sorted(n for n, s in INSTANCE_TYPES.items() if s.gpu))
+        print(f"error: --instance-type: {args.instance_type!r} is not a GPU type of the table ({known})", file=sys.stderr)
+        return 2
+    model = MODELS.get(HUB_ARCHITECTURES.get(args.model, args.model))
+    if model is None:
+        print(f"error: --model: {args.model!r} has no known shape ({', '.join(MODELS)})", file=sys.stderr)
+        return 2
+    if args.nodes < 1 or args.steps < 1:
+        print("error: --nodes and --steps must be at least 1", file=sys.stderr)
+        return 2
+    profile = GPU_PROFILES[args.profile]
+    work = Workload(seq_len=args.seq_len or profile["seq_len"], micro_batch=args.micro_batch or profile["micro_batch"],
+                    grad_accum=args.grad_accum or profile.get("grad_accum", 1),
+                    activation_checkpointing=profile["activation_checkpointing"],
+                    loss_chunk_tokens=profile["loss_chunk_tokens"], steps=args.steps)
+    cluster = cluster_of(args.instance_type, args.nodes)
+    print(table(model, work, cluster))
+    print("auto (fp32 reduction, weights resharded): " + summary_line(model, work, cluster, choose(model, work, cluster)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
