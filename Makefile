@@ -12,7 +12,7 @@ TRAIN_ARGS ?=
 # Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
 BENCH_ARGS ?=
 
-.PHONY: synth diff preflight deploy watch destroy test mutation train-local bench clean
+.PHONY: synth diff preflight deploy watch destroy test mutation train-local sft-local report bench clean
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -70,10 +70,29 @@ mutation: $(VENV)/.mutation-deps node_modules/.installed
 	EKS_FSDP_EFA_MUTATION=1 $(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results --all true | $(PY) -m tools.mutation_score
 
+# A local run (CPU workers, tiny model, learnable pattern), then its report (make report).
+LOCAL_RUN ?= local-tiny-$(shell date +%s)
 train-local: $(VENV)/.dev-deps
 	$(PY) -m training.train --local --workers 2 --model tiny --steps 30 --seq-len 128 \
 		--micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
-		--run-name local-tiny-$$(date +%s) --checkpoint-every 10 $(TRAIN_ARGS)
+		--run-name $(LOCAL_RUN) --checkpoint-every 10 --val-fraction 0.1 --eval-every 10 $(TRAIN_ARGS)
+	$(PY) -m tools.report $(CURDIR)/runs/$(LOCAL_RUN)
+
+# Chat SFT on the test corpus, locally: a tiny model and tokenizer built from it (no download),
+# assistant turns only, 10% held out for validation; then the report.
+SFT_RUN ?= local-sft-$(shell date +%s)
+sft-local: $(VENV)/.dev-deps
+	test -f runs/tiny-chat-model/config.json || $(PY) -m training.tiny_model runs/tiny-chat-model
+	$(PY) -m training.train --local --workers 2 --model $(CURDIR)/runs/tiny-chat-model \
+		--data $(CURDIR)/tests/data/chat.jsonl --val-fraction 0.1 --eval-every 10 --eval-batches 8 \
+		--steps 80 --seq-len 128 --micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
+		--run-name $(SFT_RUN) --checkpoint-every 40 $(TRAIN_ARGS)
+	$(PY) -m tools.report $(CURDIR)/runs/$(SFT_RUN)
+
+# Loss, validation loss, throughput, MFU and memory of a run: make report RUN=runs/<name> or s3://...
+report: $(VENV)/.synth-deps
+	@test -n "$(RUN)" || { echo "error: RUN: give a run folder, e.g. make report RUN=runs/local-tiny-123 or RUN=s3://bucket/runs/<name>" >&2; exit 2; }
+	$(PY) -m tools.report $(RUN)
 
 # The trainer's GPU benchmark on this machine's GPUs; NVLink multicast stays off unless set,
 # as it was for the figures in docs/benchmarks.md.

@@ -267,7 +267,7 @@ def train_entrypoint(args: dict[str, object]) -> str:
 @dataclass(frozen=True)
 class RayJobSpec:
     namespace: str
-    cluster_name: str
+    ray_cluster_name: str
     trainer_options: dict
     """The trainer's options from the settings, plus the world size (workers)."""
     trainer_hash: str
@@ -285,7 +285,7 @@ class RayJobSpec:
     @property
     def name(self) -> str:
         """The run on this cluster: a new cluster (image, pods, trainer) is a new RayJob of the same run."""
-        return f"{self.run_name}-{self.cluster_name.rsplit('-', 1)[-1][:6]}"
+        return f"{self.run_name}-{self.ray_cluster_name.rsplit('-', 1)[-1][:6]}"
 
     @property
     def entrypoint(self) -> str:
@@ -301,7 +301,7 @@ def ray_job_manifest(spec: RayJobSpec) -> dict:
                      "annotations": {"eks-fsdp-efa/trainer-hash": spec.trainer_hash}},
         "spec": {
             "entrypoint": spec.entrypoint,
-            "clusterSelector": {"ray.io/cluster": spec.cluster_name},
+            "clusterSelector": {"ray.io/cluster": spec.ray_cluster_name},
             "submissionMode": "K8sJobMode",
             "activeDeadlineSeconds": spec.active_deadline_seconds,
             # spec.backoffLimit is refused with clusterSelector (validation.go ValidateRayJobSpec);

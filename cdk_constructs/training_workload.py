@@ -131,7 +131,7 @@ class TrainingWorkload(Construct):
         self.ray_cluster_name = self.ray_cluster_manifest["metadata"]["name"]
         self.configmap_manifest = rm.trainer_configmap(cluster_spec.configmap_name, props.namespace, files)
         self.job_spec = rm.RayJobSpec(
-            namespace=props.namespace, cluster_name=self.ray_cluster_name, trainer_options=dict(props.trainer_options),
+            namespace=props.namespace, ray_cluster_name=self.ray_cluster_name, trainer_options=dict(props.trainer_options),
             trainer_hash=cluster_spec.trainer_hash, storage_path=f"s3://{self.bucket.bucket_name}/runs",
             active_deadline_seconds=props.active_deadline_seconds, submitter_backoff_limit=props.submitter_backoff_limit,
         )

@@ -56,7 +56,7 @@ def _run(rank: int, world: int, backend: str, port: int, folder: str, out: str) 
     ckpt.export_hf(model, model.config, f"{folder}/hf", rank)
     probe = torch.arange(16).unsqueeze(0)
     with torch.no_grad():
-        trained_loss = model(probe[:, :-1].to(device), probe[:, 1:].to(device)).item()
+        trained_loss = model(probe[:, :-1].to(device), probe[:, 1:].to(device), scale=1 / probe[:, 1:].numel()).item()
     if rank == 0:
         torch.save({"step": step, "position": position, "uninterrupted": uninterrupted, "resumed": resumed,
                     "trained_loss": trained_loss}, out)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import shlex
 
 import jsonschema
@@ -15,7 +17,7 @@ from cdk_constructs.device_plugins import EFA_VERSION, efa_values
 from cdk_constructs.instance_types import INSTANCE_TYPES
 from cdk_constructs.kuberay import KUBERAY_VERSION
 from cdk_constructs.training_workload import TRAINER_PACKAGE
-from tests.conftest import DATA, resources_of, template_for
+from tests.conftest import DATA, STORAGE_PLACEHOLDER, pure_workload, resources_of, template_for
 
 CRDS = DATA / "kuberay-v1.7.0"
 
@@ -55,6 +57,7 @@ def helm_chart(template, chart: str) -> dict:
     return props | {"Values": json.loads(resolve(props.get("Values", "{}")))}
 
 
+@functools.lru_cache(maxsize=None)
 def crd_schema(kind: str) -> dict:
     crd = yaml.safe_load((CRDS / f"ray.io_{kind.lower()}s.yaml").read_text())
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
@@ -81,15 +84,20 @@ def unknown_fields(instance, schema, path="") -> list[str]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
+def crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(crd_schema(kind))
+
+
 def validate_against_crd(manifest: dict) -> None:
     schema = crd_schema(manifest["kind"])
-    jsonschema.Draft7Validator(schema).validate(manifest)
+    crd_validator(manifest["kind"]).validate(manifest)
     assert unknown_fields(manifest, schema) == []
 
 
 @pytest.fixture(scope="module")
-def cluster(template):
-    return manifest_of(template, "RayCluster")
+def cluster():
+    return pure_workload()["RayCluster"]
 
 
 @pytest.fixture(scope="module")
@@ -104,18 +112,34 @@ def test_ray_cluster_matches_kuberay_crd(cluster):
     validate_against_crd(cluster)
 
 
-def test_ray_job_matches_kuberay_crd(template):
-    validate_against_crd(manifest_of(template, "RayJob"))
+def test_ray_job_matches_kuberay_crd():
+    validate_against_crd(pure_workload()["RayJob"])
 
 
-def test_unknown_field_is_caught(template):
-    manifest = manifest_of(template, "RayJob")
+def test_the_stacks_workload_is_what_the_pure_builders_make(template):
+    """The tests on pure_workload() (which also run under `make mutation`) speak for the synthesized stack."""
+    def without_prune_label(manifest: dict) -> dict:  # aws-cdk-lib's kubectl handler adds it
+        labels = {k: v for k, v in manifest["metadata"].pop("labels", {}).items() if not k.startswith("aws.cdk.eks/prune-")}
+        return manifest | {"metadata": manifest["metadata"] | ({"labels": labels} if labels else {})}
+
+    built = pure_workload()
+    assert without_prune_label(manifest_of(template, "RayCluster")) == built["RayCluster"]
+    assert without_prune_label(manifest_of(template, "ConfigMap", built["ConfigMap"]["metadata"]["name"])) == built["ConfigMap"]
+    synthesized_job = without_prune_label(manifest_of(template, "RayJob"))
+    # The bucket's name is a deploy-time token (shell-quoted in the entrypoint); the rest must be identical.
+    synthesized_job["spec"]["entrypoint"] = re.sub(r"'?--storage-path=[^ ']+'?", f"--storage-path={STORAGE_PLACEHOLDER}",
+                                                   synthesized_job["spec"]["entrypoint"])
+    assert synthesized_job == built["RayJob"]
+
+
+def test_unknown_field_is_caught():
+    manifest = pure_workload()["RayJob"]
     manifest["spec"]["rayStartParam"] = {}
     assert unknown_fields(manifest, crd_schema("RayJob")) == [".spec.rayStartParam"]
 
 
-def test_schema_check_catches_a_wrong_type(template):
-    manifest = manifest_of(template, "RayJob")
+def test_schema_check_catches_a_wrong_type():
+    manifest = pure_workload()["RayJob"]
     manifest["spec"]["activeDeadlineSeconds"] = "4h"
     with pytest.raises(jsonschema.ValidationError, match="'4h' is not of type 'integer'"):
         validate_against_crd(manifest)
@@ -198,7 +222,9 @@ def test_trainer_files_follow_imports_from_the_entry(tmp_path):
     (package / "data.py").write_text("")
     (package / "loss.py").write_text("")
     (package / "bench.py").write_text("from training.model import build\n")
-    assert set(rm.trainer_files(package)) == {"training/train.py", "training/model.py", "training/data.py", "training/loss.py"}
+    (package / "__init__.py").write_text("")
+    assert list(rm.trainer_files(package)) == ["training/__init__.py", "training/data.py", "training/loss.py",
+                                               "training/model.py", "training/train.py"]  # sorted: a stable digest
 
 
 def test_configmap_volume_keeps_package_layout(worker):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 
@@ -130,7 +129,7 @@ def test_the_trainers_record_round_trips_through_the_watcher():
                       step_time_s=1.8958, eta_s=299.5)
     ray_prefix = "\x1b[36m(RayTrainWorker pid=311, ip=10.0.12.34)\x1b[0m "
     progress = cs.trainer_progress([ray_prefix + stats.line(), ray_prefix + stats.record()])
-    assert progress.record == dataclasses.asdict(stats)
+    assert progress.record == stats.fields()  # every figure, validation ones only where measured
     assert progress.last_step == "step 42/200 at 2026-11-30T12:00:00Z: loss 2.7183, 4,322 tokens/s per GPU, MFU 33.1%, 1896 ms/step"
 
 
@@ -373,3 +372,73 @@ def test_the_watch_gives_up_after_its_timeout(monkeypatch, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1].startswith("STOPPED WATCHING after 3600 s: RayJob fsdp-finetune: deployment Running")
     assert "the job goes on" in out[-1]
+
+
+# ------------------------------------------------------------------ exact lines
+
+
+BILLING_NOTE = ("the nodes keep running after the job ends (activeDeadlineSeconds stops nothing); stop paying with: "
+                "make destroy  (cdk destroy {}; the checkpoint bucket is kept)")
+
+
+@pytest.mark.parametrize("kinds,nats,first", [
+    (["g6.12xlarge", "m7i.xlarge", "g6.12xlarge"], 1, "still running and billed: 2 x g6.12xlarge $9.20/h, 1 x m7i.xlarge "
+     "$0.20/h, EKS control plane, 1 NAT gateway(s): about $9.55/hour ($229/day)"),
+    (["x9.huge"], 2, "still running and billed: 1 x x9.huge (price unknown), EKS control plane, 2 NAT gateway(s): about "
+     "$0.19/hour plus the unknown types ($5/day)"),
+    ([], 1, "still running and billed: no nodes, EKS control plane, 1 NAT gateway(s): about $0.15/hour ($3/day)"),
+])
+def test_what_still_bills_in_full(kinds, nats, first):
+    assert cs.still_billing(kinds, nats, "Stack") == [first, BILLING_NOTE.format("Stack")]
+
+
+def test_node_types_default_to_unknown():
+    nodes = [{}, {"metadata": {}}, {"metadata": {"labels": None}},
+             {"metadata": {"labels": {"node.kubernetes.io/instance-type": "g6.12xlarge"}}}]
+    assert cs.node_instance_types(nodes) == ["unknown", "unknown", "unknown", "g6.12xlarge"]
+
+
+NAMED = {"metadata": {"name": "ft-1"}}
+
+
+@pytest.mark.parametrize("status,report", [
+    (None, ("New", "-", False, False, "RayJob ft-1: deployment New, job -")),
+    ({"jobDeploymentStatus": "Running", "message": "starting"}, ("Running", "-", False, False, "RayJob ft-1: deployment Running, job -")),
+    ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "DeadlineExceeded", "message": "  ran past\nmore"},
+     ("Failed", "FAILED", True, False, "RayJob ft-1: deployment Failed, job FAILED; DeadlineExceeded: the job ran past "
+                                       "training.active_deadline_seconds (ran past)")),
+    ({"jobDeploymentStatus": "Failed", "message": "y" * 300},
+     ("Failed", "-", True, False, "RayJob ft-1: deployment Failed, job - (" + "y" * 200 + ")")),
+    ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"},
+     ("Complete", "SUCCEEDED", True, True, "RayJob ft-1: deployment Complete, job SUCCEEDED")),
+    ({"jobDeploymentStatus": "Suspended"}, ("Suspended", "-", True, False, "RayJob ft-1: deployment Suspended, job -; the "
+                                            "RayJob is suspended (spec.suspend): nothing runs until it is resumed")),
+])
+def test_rayjob_reports_in_full(status, report):
+    job = cs.rayjob_report(NAMED | ({"status": status} if status else {}))
+    assert (job.deployment, job.job_status, job.terminal, job.succeeded, job.line) == report
+
+
+def test_final_summaries_in_full():
+    failed = cs.rayjob_report(NAMED | {"status": {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"}})
+    progress = cs.trainer_progress(["\x1b[36m(pid=1)\x1b[0m   RuntimeError: boom " + "y" * 400 + "   "])
+    assert progress.errors == ["RuntimeError: boom " + "y" * 281]
+    assert cs.final_summary(failed, progress, "bkt") == [
+        "FAILED: RayJob ft-1: deployment Failed, job FAILED", "transport: no NCCL transport line in the log",
+        "checkpoints: s3://bkt/runs/", "last error: RuntimeError: boom " + "y" * 281]
+    done = cs.rayjob_report(NAMED | {"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}})
+    summary = {"tokens_per_s_per_gpu": 1234.5, "mfu": 0.3, "final_loss": 2.5, "wall_time_s": 60, "run": "s3://b/runs/r",
+               "checkpoint": "s3://b/runs/r/checkpoint_1"}
+    assert cs.final_summary(done, cs.TrainerProgress(summary=summary, transport="EFA"), None) == [
+        "SUCCEEDED: RayJob ft-1: deployment Complete, job SUCCEEDED", "transport: EFA",
+        "throughput: 1,234 tokens/s per GPU, MFU 30.0%, final loss 2.5, 60 s", "run summary: s3://b/runs/r/run_summary.json",
+        "checkpoint: s3://b/runs/r/checkpoint_1"]
+    assert cs.final_summary(failed, cs.TrainerProgress(summary={"tokens_per_s_per_gpu": 10.0}), None)[2] == (
+        "throughput: 10 tokens/s per GPU, final loss None, None s")
+
+
+def test_a_timed_out_watch_says_the_job_goes_on():
+    job = cs.rayjob_report(NAMED | {"status": {"jobDeploymentStatus": "Running"}})
+    assert cs.timed_out_line(job, cs.TrainerProgress(), 90) == (
+        "STOPPED WATCHING after 90 s: RayJob ft-1: deployment Running, job -; the job goes on "
+        "(make watch follows it again; make destroy stops it and the billing)")

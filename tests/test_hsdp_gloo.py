@@ -29,15 +29,16 @@ COLLECTIVES = {"all_gather": ("all_gather_into_tensor", "all_gather_single"),
 
 
 def _count_cross_node_collectives(per_node: int) -> dict:
-    """Wrap the collectives FSDP2 can call, counting by kind those whose group holds ranks of two nodes."""
-    counts = {kind: 0 for kind in COLLECTIVES}
+    """Wrap the collectives FSDP2 can call, counting by kind those whose group holds ranks of two nodes;
+    one-number all-reduces (the step's count of valid targets) apart, as "scalar"."""
+    counts = {kind: 0 for kind in COLLECTIVES} | {"scalar": 0}
 
     def wrap(kind, original):
         @functools.wraps(original)
         def counted(*args, group=None, **kwargs):
             ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
             if len({r // per_node for r in ranks}) > 1:
-                counts[kind] += 1
+                counts["scalar" if kind == "all_reduce" and args[0].numel() == 1 else kind] += 1
             return original(*args, group=group, **kwargs)
         return counted
 
@@ -113,9 +114,10 @@ def test_hybrid_2x2_trains_like_one_worker(runs):
 
 
 def test_under_hybrid_gradients_cross_nodes_once_per_unit_and_step(runs):
-    """Three FSDP units (2 layers and the root): three all-reduces cross the nodes per step, nothing else."""
+    """Three FSDP units (2 layers and the root): three gradient all-reduces cross the nodes per step, and
+    the one number of valid targets that scales the loss; nothing else."""
     _, r = runs
-    assert r["hybrid"]["cross_node_per_step"] == {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 3}
+    assert r["hybrid"]["cross_node_per_step"] == {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 3, "scalar": 1}
 
 
 def test_under_full_sharding_every_gather_and_reduction_crosses_nodes(runs):
@@ -126,17 +128,25 @@ def test_under_full_sharding_every_gather_and_reduction_crosses_nodes(runs):
     assert per_step["reduce_scatter"] == 3
 
 
-def test_checkpoint_written_under_hybrid_loads_under_full_on_two_workers(runs, tmp_path):
-    tmp, r = runs
-    loaded = run(tmp_path, "hybrid-to-full2", 2, "full", per_node=2, load_from=tmp / "ckpt-hybrid")
-    continued = run(tmp_path, "hybrid-to-hybrid4", 4, "hybrid", load_from=tmp / "ckpt-hybrid")
-    # The same state, whatever layout loads it: the continued runs train identically.
-    _assert_same_training(loaded, continued)
-    assert loaded["losses"][0] < r["hybrid"]["losses"][0]  # it did resume from trained weights
-
-
-def test_checkpoint_written_under_full_loads_under_hybrid_and_on_one_worker(runs, tmp_path):
+@pytest.fixture(scope="module")
+def reloaded(runs, tmp_path_factory):
+    """The trained state, reloaded under other layouts and world sizes, then trained on for 3 steps."""
     tmp, _ = runs
-    hybrid = run(tmp_path, "full-to-hybrid", 4, "hybrid", load_from=tmp / "ckpt-full")
-    one = run(tmp_path, "full-to-one", 1, "full", per_node=1, load_from=tmp / "ckpt-full")
-    _assert_same_training(hybrid, one)
+    out = tmp_path_factory.mktemp("reloaded")
+    return {
+        "hybrid-to-full2": run(out, "hybrid-to-full2", 2, "full", per_node=2, load_from=tmp / "ckpt-hybrid"),
+        "hybrid-to-one": run(out, "hybrid-to-one", 1, "full", per_node=1, load_from=tmp / "ckpt-hybrid"),
+        "full-to-hybrid4": run(out, "full-to-hybrid4", 4, "hybrid", load_from=tmp / "ckpt-full"),
+    }
+
+
+def test_checkpoint_written_under_hybrid_loads_under_full_and_on_one_worker(runs, reloaded):
+    _, r = runs
+    # The same state, whatever layout loads it: the continued runs train identically.
+    _assert_same_training(reloaded["hybrid-to-full2"], reloaded["hybrid-to-one"])
+    assert reloaded["hybrid-to-one"]["losses"][0] < r["hybrid"]["losses"][0]  # it did resume from trained weights
+
+
+def test_checkpoint_written_under_full_loads_under_hybrid(reloaded):
+    # Full and hybrid trained to the same state (above), so the reload under hybrid matches the others.
+    _assert_same_training(reloaded["full-to-hybrid4"], reloaded["hybrid-to-one"])

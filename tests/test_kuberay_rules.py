@@ -20,7 +20,7 @@ def synthesized():
                              worker_replicas=2, gpus_per_worker=4, efa_per_worker=1, cpu_per_worker=40,
                              memory_gib_per_worker=160, region="us-east-2")
     cluster = rm.ray_cluster_manifest(spec)
-    job = rm.ray_job_manifest(rm.RayJobSpec(namespace="training", cluster_name=cluster["metadata"]["name"],
+    job = rm.ray_job_manifest(rm.RayJobSpec(namespace="training", ray_cluster_name=cluster["metadata"]["name"],
                                             trainer_options={"model": "tiny", "workers": 8},
                                             trainer_hash=spec.trainer_hash, storage_path="s3://b/runs"))
     return [cluster, job]

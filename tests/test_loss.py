@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.loss import linear_cross_entropy_sum, softmax_xent_and_grad
+from training.loss import IGNORE_INDEX, linear_cross_entropy, softmax_xent_and_grad
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -13,23 +13,38 @@ def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
     return ((value.double() - reference).norm() / reference.norm()).item()
 
 
-def reference(hidden, weight, labels):
+def bias(value: torch.Tensor, reference: torch.Tensor) -> float:
+    """The systematic part of an error: how far value's projection on the reference is from 1.
+    Random per-element rounding averages out here; a wrong overall scale does not."""
+    v, r = value.double().flatten(), reference.flatten()
+    return (v @ r / (r @ r)).item() - 1
+
+
+def reference(hidden, weight, labels, denominator=None):
+    """float64 cross-entropy summed over valid targets / denominator (default: their count)."""
     h = hidden.detach().double().requires_grad_()
     w = weight.detach().double().requires_grad_()
-    loss = F.cross_entropy(h @ w.T, labels, reduction="mean")
+    total = F.cross_entropy(h @ w.T, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+    loss = total / (denominator or int((labels != IGNORE_INDEX).sum()))
     loss.backward()
     return loss.detach(), h.grad, w.grad
+
+
+def problem(seed, tokens, hidden_size, vocab, device="cpu", dtype=torch.float32, masked=0.0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, hidden_size, generator=generator).to(device, dtype).requires_grad_()
+    weight = (torch.randn(vocab, hidden_size, generator=generator) / hidden_size**0.5).to(device, dtype).requires_grad_()
+    labels = torch.randint(0, vocab, (tokens,), generator=generator)
+    labels[torch.rand(tokens, generator=generator) < masked] = IGNORE_INDEX
+    return hidden, weight, labels.to(device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 def test_fused_loss_and_gradients_match_float64(device, dtype, tolerance):
-    torch.manual_seed(1)
     tokens, hidden_size, vocab = (4100, 256, 32000) if device == "cuda" else (37, 16, 50)
-    hidden = torch.randn(tokens, hidden_size, device=device, dtype=dtype, requires_grad=True)
-    weight = (torch.randn(vocab, hidden_size, device=device) / hidden_size**0.5).to(dtype).requires_grad_()
-    labels = torch.randint(0, vocab, (tokens,), device=device)
-    loss = linear_cross_entropy_sum(hidden, weight, labels, chunk_tokens=1024 if device == "cuda" else 8) / tokens
+    hidden, weight, labels = problem(1, tokens, hidden_size, vocab, device, dtype)
+    loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=1024 if device == "cuda" else 8, scale=1 / tokens)
     loss.backward()
     ref_loss, ref_hidden_grad, ref_weight_grad = reference(hidden, weight, labels)
     assert abs(loss.item() - ref_loss.item()) / ref_loss.item() < tolerance / 10
@@ -37,14 +52,61 @@ def test_fused_loss_and_gradients_match_float64(device, dtype, tolerance):
     assert relative_error(weight.grad, ref_weight_grad) < tolerance
 
 
+def test_ignored_targets_add_no_loss_and_get_no_gradient():
+    hidden, weight, labels = problem(2, 40, 16, 50, masked=0.4)
+    valid = int((labels != IGNORE_INDEX).sum())
+    assert 10 < valid < 35  # the case has both kinds of rows
+    loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=7, scale=1 / valid)
+    loss.backward()
+    ref_loss, ref_hidden_grad, ref_weight_grad = reference(hidden, weight, labels)
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert relative_error(hidden.grad, ref_hidden_grad) < 1e-6
+    assert relative_error(weight.grad, ref_weight_grad) < 1e-6
+    assert hidden.grad[labels == IGNORE_INDEX].abs().max() == 0
+
+
+def test_micro_batches_normalised_by_the_global_count_of_valid_targets():
+    """Accumulation: each micro-batch scaled by 1/(all valid targets of the step) sums to the
+    step's token mean, not the mean of per-micro-batch means (they differ when masks differ)."""
+    hidden, weight, labels = problem(3, 60, 16, 50, masked=0.3)
+    labels[:20][torch.arange(20) % 4 != 0] = IGNORE_INDEX  # the first micro-batch is mostly prompt
+    valid = int((labels != IGNORE_INDEX).sum())
+    total = sum(linear_cross_entropy(hidden[i:i + 20], weight, labels[i:i + 20], chunk_tokens=6, scale=1 / valid)
+                for i in (0, 20, 40))
+    total.backward()
+    ref_loss, ref_hidden_grad, ref_weight_grad = reference(hidden, weight, labels)
+    assert total.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert relative_error(hidden.grad, ref_hidden_grad) < 1e-6
+    assert relative_error(weight.grad, ref_weight_grad) < 1e-6
+    mean_of_means = sum(reference(hidden[i:i + 20], weight, labels[i:i + 20])[0] for i in (0, 20, 40)) / 3
+    assert abs(mean_of_means.item() - ref_loss.item()) > 0.01  # the case tells the two apart
+
+
+def test_the_loss_scale_is_not_rounded_to_bf16():
+    """1/3 in bf16 is 0.33398 (+0.2%): a scale rounded before use biases every gradient by that much."""
+    hidden, weight, labels = problem(4, 48, 32, 64, dtype=torch.bfloat16)
+    loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=16, scale=1 / 3)
+    loss.backward()
+    _, ref_hidden_grad, ref_weight_grad = reference(hidden, weight, labels, denominator=3)
+    assert abs(bias(hidden.grad, ref_hidden_grad)) < 5e-4
+    assert abs(bias(weight.grad, ref_weight_grad)) < 5e-4
+    assert loss.item() == pytest.approx(reference(hidden, weight, labels, denominator=3)[0].item(), rel=5e-3)
+
+
+def test_the_head_weight_gradient_is_summed_over_chunks_in_fp32():
+    """With many chunks, a bf16 running sum loses the small late additions; an fp32 one does not."""
+    hidden, weight, labels = problem(5, 4096, 16, 32, dtype=torch.bfloat16)
+    linear_cross_entropy(hidden, weight, labels, chunk_tokens=16, scale=1 / 4096).backward()
+    _, _, ref_weight_grad = reference(hidden, weight, labels)
+    assert relative_error(weight.grad, ref_weight_grad) < 4e-3
+
+
 def test_chunk_size_does_not_change_the_result():
-    torch.manual_seed(2)
-    hidden, weight = torch.randn(30, 8, requires_grad=True), torch.randn(20, 8, requires_grad=True)
-    labels = torch.randint(0, 20, (30,))
+    hidden, weight, labels = problem(6, 30, 8, 20, masked=0.2)
     results = []
     for chunk in (1, 7, 30, 64):
         hidden.grad = weight.grad = None
-        loss = linear_cross_entropy_sum(hidden, weight, labels, chunk)
+        loss = linear_cross_entropy(hidden, weight, labels, chunk, scale=0.1)
         loss.backward()
         results.append((loss.detach(), hidden.grad.clone(), weight.grad.clone()))
     for other in results[1:]:
@@ -53,16 +115,17 @@ def test_chunk_size_does_not_change_the_result():
 
 
 def test_no_grad_gives_the_same_loss():
-    torch.manual_seed(3)
-    hidden, weight, labels = torch.randn(12, 4), torch.randn(9, 4), torch.randint(0, 9, (12,))
+    hidden, weight, labels = problem(7, 12, 4, 9, masked=0.3)
     with torch.no_grad():
-        loss = linear_cross_entropy_sum(hidden, weight, labels, 5)
-    torch.testing.assert_close(loss, F.cross_entropy(hidden @ weight.T, labels, reduction="sum"))
+        loss = linear_cross_entropy(hidden, weight, labels, 5, scale=0.5)
+    expected = F.cross_entropy(hidden @ weight.T, labels, reduction="sum", ignore_index=IGNORE_INDEX) * 0.5
+    torch.testing.assert_close(loss, expected)
 
 
-def test_gradient_of_the_logits_is_softmax_minus_onehot():
-    logits, labels = torch.randn(3, 5), torch.tensor([0, 4, 2])
-    loss, grad = softmax_xent_and_grad(logits, labels)
-    expected = torch.softmax(logits, -1) - F.one_hot(labels, 5)
+def test_gradient_of_the_logits_is_scaled_softmax_minus_onehot_and_zero_where_ignored():
+    logits, labels = torch.randn(3, 5), torch.tensor([0, IGNORE_INDEX, 2])
+    loss, grad = softmax_xent_and_grad(logits, labels, torch.tensor(0.25))
+    expected = (torch.softmax(logits, -1) - F.one_hot(labels.clamp(min=0), 5)) * 0.25
+    expected[1] = 0
     torch.testing.assert_close(grad, expected)
-    torch.testing.assert_close(loss, F.cross_entropy(logits, labels, reduction="sum"))
+    torch.testing.assert_close(loss, F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX))

@@ -8,7 +8,7 @@ import torch
 from training.data import synthetic_batches
 from training.metrics import Throughput, datasheet_peak_tflops, flops_per_token, mfu, model_flops_per_token
 from training.model import builtin_config
-from training.step import lr_at
+from training.schedule import lr_at
 
 
 def qwen_meta():
@@ -89,10 +89,91 @@ def test_throughput_after_a_resume_counts_only_the_steps_this_process_ran(monkey
 def test_synthetic_batches_do_not_depend_on_world_size():
     one = next(synthetic_batches("pattern", 3, 512, 16, 4, rank=0, world_size=1, position=2))
     halves = [next(synthetic_batches("pattern", 3, 512, 16, 2, rank=r, world_size=2, position=2)) for r in (0, 1)]
-    assert torch.equal(one, torch.cat(halves))
+    for key in ("input_ids", "labels"):
+        assert torch.equal(one[key], torch.cat([h[key] for h in halves]))
 
 
 def test_pattern_data_is_an_arithmetic_progression():
-    block = next(synthetic_batches("pattern", 0, 512, 16, 1, 0, 1))[0]
+    batch = next(synthetic_batches("pattern", 0, 512, 16, 1, 0, 1))
+    block = torch.cat([batch["input_ids"][0], batch["labels"][0, -1:]])
     steps = (block[1:] - block[:-1]) % 512
     assert len(set(steps.tolist())) == 1
+    assert torch.equal(batch["labels"][0, :-1], batch["input_ids"][0, 1:])  # labels: the next token
+
+
+@pytest.mark.parametrize("seconds,text", [(-5, "0m00s"), (0, "0m00s"), (59.9, "0m59s"), (61, "1m01s"), (3599, "59m59s"),
+                                          (3600, "1h00m00s"), (3661, "1h01m01s"), (90061, "25h01m01s")])
+def test_durations(seconds, text):
+    from training.metrics import _duration
+
+    assert _duration(seconds) == text
+
+
+def stats(**changes):
+    from training.metrics import StepStats
+
+    base = dict(time="2026-11-30T12:00:00Z", step=7, steps=100, loss=2.5, lr=3e-4, grad_norm=0.5,
+                tokens_per_s_per_gpu=12345.6, tflops_per_gpu=140.25, mfu=0.4321, peak_mem_gib=17.25,
+                step_time_s=0.6634, eta_s=3700)
+    return StepStats(**(base | changes))
+
+
+def test_the_step_line_in_full():
+    assert stats().line() == ("2026-11-30T12:00:00Z step     7/100 | loss  2.5000 | lr 3.00e-04 | gnorm  0.500 |    12,346 "
+                              "tok/s/gpu |  140.25 TFLOP/s/gpu mfu  43.2% mem  17.2GiB |   663.4 ms/step | eta 1h01m40s")
+    assert stats(mfu=None, peak_mem_gib=0.0, val_loss=2.0, val_ppl=7.389).line() == (
+        "2026-11-30T12:00:00Z step     7/100 | loss  2.5000 | val  2.0000 ppl 7.39 | lr 3.00e-04 | gnorm  0.500 |    12,346 "
+        "tok/s/gpu |  140.25 TFLOP/s/gpu |   663.4 ms/step | eta 1h01m40s")
+
+
+def test_the_record_keeps_mfu_even_when_unknown_and_validation_only_when_measured():
+    assert "mfu" in stats(mfu=None).fields() and stats(mfu=None).fields()["mfu"] is None
+    assert "val_loss" not in stats().fields() and stats(val_loss=2.0, val_ppl=7.4).fields()["val_ppl"] == 7.4
+
+
+def test_utc_timestamps():
+    import re
+
+    from training.metrics import utc_now
+
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", utc_now())
+
+
+def test_rates_in_units():
+    from training.metrics import rates
+
+    assert rates(4096, 0.5, 1e10, 100.0) == pytest.approx((8192.0, 81.92, 0.8192))
+    assert rates(4096, 0.5, 1e10, None)[2] is None
+
+
+def test_a_step_measured_with_no_elapsed_time_is_not_a_division_by_zero(monkeypatch):
+    monkeypatch.setattr("training.metrics.time.perf_counter", lambda: 5.0)
+    t = Throughput(tokens_per_step_per_gpu=1000, flops_per_tok=1e9, peak_tflops=None)
+    s = t.stats(1, 10, 1.0, 1e-3, 1.0, 0.0)
+    assert s.step_time_s == pytest.approx(1e-9) and s.time.endswith("Z")
+
+
+def test_parameters_count_a_tied_weight_once_and_can_leave_the_embedding_out():
+    import torch
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = torch.nn.Embedding(10, 4)
+            self.proj = torch.nn.Linear(4, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed_tokens.weight
+
+    from training.metrics import count_params
+
+    assert count_params(Tied()) == 40 + 20
+    assert count_params(Tied(), exclude_embedding=True) == 20
+
+
+@pytest.mark.parametrize("name,gpu", [("NVIDIA L40S", "L40S"), ("NVIDIA L4", "L4"), ("NVIDIA A10G", "A10G"),
+                                      ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA A100-SXM4-80GB", "A100"), ("Radeon", None)])
+def test_device_names_match_the_longest_model_name(name, gpu):
+    from training.hardware import gpu_for_device_name
+
+    found = gpu_for_device_name(name)
+    assert (found.name if found else None) == gpu

@@ -91,11 +91,11 @@ def test_measured_efficiencies_are_the_recorded_ones():
         case("2026-11-30-h200x2-full.json", "trainer, h200 profile (default)")["mfu_measured"], abs=0.005)
 
 
-def test_on_two_g6_nodes_hybrid_is_chosen_and_several_times_faster_than_full():
+def test_on_two_g6_nodes_hybrid_is_chosen_and_over_2_5_times_faster_than_full():
     chosen = plan.choose(QWEN, L4_SHAPE, G6)
     full = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("full"))
     assert chosen.layout == plan.Layout("hybrid") and chosen.fits
-    assert full.step_s / chosen.step_s > 3
+    assert full.step_s / chosen.step_s > 2.5
 
 
 def test_a_layout_that_does_not_fit_is_never_chosen_over_one_that_does():
@@ -113,7 +113,7 @@ def test_run_cost_is_time_times_the_clusters_price():
 
 def test_summary_line_says_what_the_deployment_will_do():
     line = plan.summary_line(QWEN, L4_SHAPE, G6, plan.choose(QWEN, L4_SHAPE, G6))
-    assert line.startswith("2 x g6.12xlarge, hybrid: inter-node link-bound, ~3,") and "200 steps in ~" in line
+    assert line.startswith("2 x g6.12xlarge, hybrid: inter-node link-bound, ~2,") and "200 steps in ~" in line
 
 
 # ------------------------------------------------------------------ where Ray put the workers, and auto
@@ -165,3 +165,19 @@ def test_plan_cli_prints_every_layout(capsys):
 def test_plan_cli_refuses_bad_input_in_one_line(argv, message, capsys):
     assert plan.main(argv) == 2
     assert capsys.readouterr().err.startswith(message)
+
+
+def test_reductions_move_only_in_the_last_micro_batchs_backward():
+    """A longer accumulation hides the weight gathers behind more compute, but not the gradient
+    all-reduce: it waits for the last micro-batch (the sockets emulation, docs/benchmarks.md)."""
+    short, long = (plan.Workload(seq_len=2048, micro_batch=1, grad_accum=m, activation_checkpointing=True) for m in (1, 16))
+    hybrid = [plan.estimate(QWEN, w, G6, plan.Layout("hybrid")) for w in (short, long)]
+    tail = 2 * 4 * QWEN.params * 0.5 / (G6.inter_node_gbps * plan.CALIBRATION.link_efficiency * 1e9)
+    assert hybrid[1].step_s - hybrid[1].compute_s == pytest.approx(tail - hybrid[1].compute_s * 0.75 / 16, rel=0.05)
+
+
+def test_weights_kept_gathered_are_gathered_in_the_first_forward_only():
+    work = plan.Workload(seq_len=2048, micro_batch=1, grad_accum=8, activation_checkpointing=True)
+    kept = plan.estimate(QWEN, work, G6, plan.Layout("full", keep_gathered=True))
+    gathers = (2 * QWEN.params) * (7 / 8) / (G6.inter_node_gbps * plan.CALIBRATION.link_efficiency * 1e9)
+    assert kept.step_s > gathers + kept.compute_s * (1 - 0.25 / 8 - 0.75 / 8)

@@ -17,7 +17,7 @@ from moto.servicequotas.models import ServiceQuotasBackend
 
 from stacks.settings import settings_from_files
 from tools import preflight
-from tools.preflight import FAIL, PASS, WARN
+from tools.preflight import FAIL, PASS, WARN, Check
 
 from tests.conftest import ROOT
 
@@ -58,37 +58,40 @@ def run_instances(instance_type: str, count: int) -> None:
 
 def test_gpu_type_offered_in_the_configured_az_passes(aws):
     check = preflight.check_offered(ec2(), "g6.12xlarge", "us-east-2a")
-    assert check.verdict == PASS
+    assert check == Check("offered in AZ", PASS, "g6.12xlarge is offered in us-east-2a")
 
 
 def test_gpu_type_not_offered_in_the_az_fails_and_lists_the_azs_that_offer_it(aws):
     west = boto3.client("ec2", region_name="us-west-2")
     check = preflight.check_offered(west, "g5.48xlarge", "us-west-2d")
-    assert check.verdict == FAIL
-    assert "us-west-2a, us-west-2b, us-west-2c" in check.reason
-    assert check.fix.startswith("-c gpu_availability_zone=us-west-2a")
+    assert check == Check("offered in AZ", FAIL, "g5.48xlarge is not offered in us-west-2d; it is in us-west-2a, us-west-2b, us-west-2c",
+                          "-c gpu_availability_zone=us-west-2a (and list it in availability_zones)")
 
 
 def test_efa_interfaces_agree_with_the_instance_table(aws):
     check = preflight.check_efa(ec2(), "p5.48xlarge")
-    assert check.verdict == PASS and "32 interface(s)" in check.reason
+    assert check == Check("EFA support", PASS, "p5.48xlarge supports EFA with 32 interface(s), as the table says")
 
 
 def test_type_without_efa_fails(aws):
-    assert preflight.check_efa(ec2(), "g4dn.xlarge").verdict == FAIL
+    assert preflight.check_efa(ec2(), "g4dn.xlarge") == Check(
+        "EFA support", FAIL, "g4dn.xlarge does not support EFA", "-c gpu_instance_type=<an EFA type: g6.12xlarge, p5.48xlarge, ...>")
 
 
 def test_enough_vcpu_quota_passes(aws):
     check = preflight.check_vcpu_quota(boto3.client("service-quotas", region_name="us-east-2"), ec2(),
                                        "g6.12xlarge", 2, "us-east-2", "GPU nodes")
-    assert check.verdict == PASS and "need 96 vCPU" in check.reason and "0 in use" in check.reason
+    assert check == Check("vCPU quota (GPU nodes)", PASS, "2 x g6.12xlarge need 96 vCPU; quota 'Running On-Demand G and VT "
+                          "instances' (L-DB2E81BA) is 96, 0 in use")
 
 
 def test_quota_short_after_running_instances_fails_with_the_increase_command(aws):
     run_instances("g5.xlarge", 3)  # 3 x 4 vCPU of the same G and VT quota already running
     check = preflight.check_vcpu_quota(boto3.client("service-quotas", region_name="us-east-2"), ec2(),
                                        "g6.12xlarge", 2, "us-east-2", "GPU nodes")
-    assert check.verdict == FAIL and "12 in use" in check.reason and "84 free" in check.reason
+    assert check.verdict == FAIL and check.name == "vCPU quota (GPU nodes)"
+    assert check.reason == ("2 x g6.12xlarge need 96 vCPU; quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 96, "
+                            "12 in use, 84 free")
     assert check.fix == ("aws service-quotas request-service-quota-increase --service-code ec2 "
                          "--quota-code L-DB2E81BA --desired-value 108 --region us-east-2")
 
@@ -101,7 +104,7 @@ def test_instances_of_other_quota_classes_do_not_count(aws):
 
 
 def test_region_enabled_passes(aws):
-    assert preflight.check_region(ec2(), "us-east-2").verdict == PASS
+    assert preflight.check_region(ec2(), "us-east-2") == Check("region", PASS, "us-east-2 is enabled (opt-in-not-required)")
 
 
 def reservation(**fields) -> dict:
@@ -122,28 +125,30 @@ def stubbed_reservation(response: dict):
 def test_matching_active_reservation_passes():
     s = settings("capacity_reservation_id=cr-0123456789abcdef0")
     [check] = preflight.check_capacity_reservation(stubbed_reservation(reservation()), s)
-    assert check.verdict == PASS and "2 x g6.12xlarge available in us-east-2a" in check.reason
+    assert check == Check("capacity reservation", PASS, "cr-0123456789abcdef0 is active: 2 x g6.12xlarge available in us-east-2a")
 
 
 def test_reservation_of_another_type_and_az_fails_with_each_mismatch():
     s = settings("capacity_reservation_id=cr-0123456789abcdef0")
     response = reservation(InstanceType="p5.48xlarge", AvailabilityZone="us-east-2b", AvailableInstanceCount=1)
     [check] = preflight.check_capacity_reservation(stubbed_reservation(response), s)
-    assert check.verdict == FAIL
-    assert "holds p5.48xlarge, not g6.12xlarge" in check.reason
-    assert "is in us-east-2b, not us-east-2a" in check.reason and "1 instance(s) available, 2 needed" in check.reason
+    assert check == Check("capacity reservation", FAIL, "cr-0123456789abcdef0: it holds p5.48xlarge, not g6.12xlarge; it is in "
+                          "us-east-2b, not us-east-2a; 1 instance(s) available, 2 needed",
+                          "-c gpu_instance_type=p5.48xlarge -c gpu_availability_zone=us-east-2b")
 
 
 def test_expired_reservation_fails():
     s = settings("capacity_reservation_id=cr-0123456789abcdef0")
     [check] = preflight.check_capacity_reservation(stubbed_reservation(reservation(State="expired")), s)
-    assert check.verdict == FAIL and "expired, not active" in check.reason
+    assert check == Check("capacity reservation", FAIL, "cr-0123456789abcdef0: its state is expired, not active",
+                          "use an active reservation")
 
 
 def test_reservation_that_does_not_exist_fails():
     s = settings("capacity_reservation_id=cr-0123456789abcdef0")
     [check] = preflight.check_capacity_reservation(stubbed_reservation({"CapacityReservations": []}), s)
-    assert check.verdict == FAIL and check.reason == "cr-0123456789abcdef0 does not exist in us-east-2"
+    assert check == Check("capacity reservation", FAIL, "cr-0123456789abcdef0 does not exist in us-east-2",
+                          "check the id and region, or set -c capacity_reservation_id=null")
 
 
 def test_reservation_that_cannot_be_read_fails_with_the_error_code():
@@ -157,7 +162,7 @@ def test_reservation_that_cannot_be_read_fails_with_the_error_code():
 
 def test_no_reservation_is_on_demand():
     [check] = preflight.check_capacity_reservation(None, settings())
-    assert check.verdict == PASS and check.reason == "none configured (On-Demand capacity)"
+    assert check == Check("capacity reservation", PASS, "none configured (On-Demand capacity)")
 
 
 def stubbed_ec2(operation: str, response: dict, params: dict | None = None):
@@ -171,32 +176,36 @@ def stubbed_ec2(operation: str, response: dict, params: dict | None = None):
 def test_region_this_account_has_not_opted_into_fails_with_the_command():
     client = stubbed_ec2("describe_regions", {"Regions": [{"RegionName": "ap-east-2", "OptInStatus": "not-opted-in"}]})
     check = preflight.check_region(client, "ap-east-2")
-    assert check.verdict == FAIL and "has not enabled" in check.reason
-    assert check.fix == "aws account enable-region --region-name ap-east-2"
+    assert check == Check("region", FAIL, "ap-east-2 is an opt-in region that this account has not enabled",
+                          "aws account enable-region --region-name ap-east-2")
 
 
 def test_region_the_account_does_not_know_fails():
     client = stubbed_ec2("describe_regions", {"Regions": [{"RegionName": "us-east-1", "OptInStatus": "opt-in-not-required"}]})
     check = preflight.check_region(client, "us-east-2")
-    assert check.verdict == FAIL and check.reason == "us-east-2 is not an AWS region this account knows"
+    assert check == Check("region", FAIL, "us-east-2 is not an AWS region this account knows",
+                          "set -c region=<one of: us-east-1, ...>")
 
 
 def test_type_offered_in_no_az_of_the_region_fails():
     client = stubbed_ec2("describe_instance_type_offerings", {"InstanceTypeOfferings": []})
     check = preflight.check_offered(client, "p5.48xlarge", "us-east-2a")
-    assert check.verdict == FAIL and check.reason == "p5.48xlarge is not offered in any AZ of this region"
+    assert check == Check("offered in AZ", FAIL, "p5.48xlarge is not offered in any AZ of this region",
+                          "choose another region (-c region=...) or -c gpu_instance_type=...")
 
 
 def test_efa_interface_count_that_disagrees_with_the_table_warns():
     response = {"InstanceTypes": [{"InstanceType": "p5.48xlarge",
                                    "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 16}}}]}
     check = preflight.check_efa(stubbed_ec2("describe_instance_types", response), "p5.48xlarge")
-    assert check.verdict == WARN and "takes 16 EFA interfaces, the project's table says 32" in check.reason
+    assert check == Check("EFA support", WARN, "EC2 says p5.48xlarge takes 16 EFA interfaces, the project's table says 32",
+                          "correct cdk_constructs/instance_types.py (the launch template uses the table)")
 
 
 def test_quota_of_a_family_this_check_does_not_know_warns():
     check = preflight.check_vcpu_quota(None, None, "trn1.32xlarge", 2, "us-east-2", "GPU nodes")
-    assert check.verdict == WARN and "counts against a quota this check does not know" in check.reason
+    assert check == Check("vCPU quota (GPU nodes)", WARN, "trn1.32xlarge counts against a quota this check does not know",
+                          "check it in the Service Quotas console")
 
 
 def stubbed_eks(response: dict | None, error: str | None = None):
@@ -213,35 +222,99 @@ def stubbed_eks(response: dict | None, error: str | None = None):
 def test_kubernetes_version_offered_by_eks_passes():
     response = {"clusterVersions": [{"clusterVersion": "1.36", "versionStatus": "STANDARD_SUPPORT",
                                      "releaseDate": datetime.datetime(2026, 9, 1)}]}
-    assert preflight.check_kubernetes_version(stubbed_eks(response), "1.36").verdict == PASS
+    assert preflight.check_kubernetes_version(stubbed_eks(response), "1.36") == Check(
+        "kubernetes version", PASS, "EKS creates Kubernetes 1.36 (STANDARD_SUPPORT)")
 
 
 def test_kubernetes_version_eks_does_not_list_fails():
     check = preflight.check_kubernetes_version(stubbed_eks({"clusterVersions": []}), "1.36")
-    assert check.verdict == FAIL and "does not offer Kubernetes 1.36" in check.reason
+    assert check == Check("kubernetes version", FAIL, "EKS does not offer Kubernetes 1.36 in this region",
+                          "set -c kubernetes_version=<1.31, 1.32, 1.33, 1.34, 1.35, 1.36>")
 
 
 @pytest.mark.parametrize("status", ["UNSUPPORTED", "END_OF_SUPPORT"])
 def test_kubernetes_version_eks_no_longer_supports_fails(status):
     check = preflight.check_kubernetes_version(stubbed_eks({"clusterVersions": [{"clusterVersion": "1.36", "versionStatus": status}]}), "1.36")
-    assert check.verdict == FAIL and check.reason == f"Kubernetes 1.36 is {status} on EKS"
+    assert check == Check("kubernetes version", FAIL, f"Kubernetes 1.36 is {status} on EKS", "set -c kubernetes_version=1.35")
 
 
 def test_unknown_version_fails_on_the_table_when_eks_cannot_be_asked():
     check = preflight.check_kubernetes_version(stubbed_eks(None, error="AccessDeniedException"), "1.28")
-    assert check.verdict == FAIL and "1.28 is not in the project's creatable list" in check.reason
+    assert check == Check("kubernetes version", FAIL, "1.28 is not in the project's creatable list (EKS not asked: "
+                          "AccessDeniedException)", "set -c kubernetes_version=<1.31, 1.32, 1.33, 1.34, 1.35, 1.36>")
 
 
 def test_kubernetes_version_falls_back_to_the_table_when_eks_cannot_be_asked():
     check = preflight.check_kubernetes_version(stubbed_eks(None, error="AccessDeniedException"), "1.36")
-    assert check.verdict == PASS and "EKS not asked" in check.reason
+    assert check == Check("kubernetes version", PASS, "1.36 is in the project's creatable list (EKS not asked: AccessDeniedException)")
 
 
 def test_whole_preflight_on_moto_exits_zero_and_prints_the_table(aws, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert preflight.main([]) == 0
-    out = capsys.readouterr().out
-    assert "PASS  offered in AZ" in out and "\n0 FAIL" in out
+    assert capsys.readouterr().out == WHOLE_RUN
+
+
+WHOLE_RUN = """preflight for stack EksFsdpEfa in us-east-2, account 123456789012
+PASS  region                     us-east-2 is enabled (opt-in-not-required)
+PASS  kubernetes version         1.36 is in the project's creatable list (EKS not asked: ClientError)
+PASS  offered in AZ              g6.12xlarge is offered in us-east-2a
+PASS  EFA support                g6.12xlarge supports EFA with 1 interface(s), as the table says
+PASS  vCPU quota (GPU nodes)     2 x g6.12xlarge need 96 vCPU; quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 96, 0 in use
+PASS  vCPU quota (system nodes)  1 x m7i.xlarge need 4 vCPU; quota 'Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances' (L-1216C47A) is 64, 0 in use
+PASS  capacity reservation       none configured (On-Demand capacity)
+0 FAIL, 0 WARN, 7 PASS
+"""
+
+
+class RefusingSession:
+    """A session whose every AWS call is refused, as for a caller without read permissions."""
+
+    def __init__(self):
+        self.regions = []
+
+    def client(self, service, region_name=None):
+        from botocore.exceptions import ClientError
+
+        self.regions.append((service, region_name))
+
+        class Refusing:
+            class exceptions:  # what service-quotas' client names its "no such quota" error
+                NoSuchResourceException = type("NoSuchResourceException", (Exception,), {})
+
+            def __getattr__(self, operation):
+                def refuse(**_):
+                    raise ClientError({"Error": {"Code": "AccessDenied"}}, operation)
+                return refuse
+
+            def get_paginator(self, operation):
+                raise ClientError({"Error": {"Code": "AccessDenied"}}, operation)
+        return Refusing()
+
+
+REFUSED = "grant the caller read access to EC2, EKS and Service Quotas (e.g. ReadOnlyAccess)"
+
+
+def test_a_caller_that_cannot_read_the_region_stops_at_the_first_check():
+    session = RefusingSession()
+    assert preflight.run_checks(session, settings()) == [
+        Check("region", FAIL, "could not check: describe_regions failed with AccessDenied", REFUSED)]
+    assert session.regions == [("ec2", "us-east-2"), ("eks", "us-east-2"), ("service-quotas", "us-east-2")]
+
+
+def test_every_refused_call_is_a_fail_under_its_checks_name(monkeypatch):
+    monkeypatch.setattr(preflight, "check_region", lambda ec2, region: Check("region", PASS, "enabled"))
+    kubernetes = Check("kubernetes version", PASS, "1.36 is in the project's creatable list (EKS not asked: ClientError)")
+    assert preflight.run_checks(RefusingSession(), settings("capacity_reservation_id=cr-0123456789abcdef0")) == [
+        Check("region", PASS, "enabled"), kubernetes,
+        Check("offered in AZ", FAIL, "could not check: describe_instance_type_offerings failed with AccessDenied", REFUSED),
+        Check("EFA support", FAIL, "could not check: describe_instance_types failed with AccessDenied", REFUSED),
+        Check("vCPU quota (GPU nodes)", FAIL, "could not check: get_service_quota failed with AccessDenied", REFUSED),
+        Check("vCPU quota (system nodes)", FAIL, "could not check: get_service_quota failed with AccessDenied", REFUSED),
+        # The reservation check reads its own errors: an id that cannot be read is named with the code.
+        Check("capacity reservation", FAIL, "cr-0123456789abcdef0 cannot be read: AccessDenied",
+              "check the id and region, or set -c capacity_reservation_id=null"),
+    ]
 
 
 def test_whole_preflight_exits_one_on_a_short_quota(aws, capsys, monkeypatch):

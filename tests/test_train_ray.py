@@ -14,8 +14,9 @@ import torch
 from training.config import TrainConfig, validate
 from training.train import fit
 from tests.conftest import DATA
+from training.tiny_model import save_tiny_model
 
-STEPS, EVERY, FAIL_AT = 24, 8, 13
+STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,78 +56,122 @@ def test_run_summary_written_to_storage(uninterrupted):
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
-    """A run stopped by a worker failure (no retries), then run again under the same storage path and name."""
+    """A run that goes NaN at step 13 (no retries), as found after it stopped, then run again under
+    the same storage path and name, where a worker dies at step 20 and Ray Train restarts the group.
+    Checkpoints are written in the background in the first run and synchronously in the second:
+    both must resume exactly."""
+    from training.storage import latest_checkpoint
+
     storage = tmp_path_factory.mktemp("resumed")
-    with pytest.raises(Exception):
-        fit(config(storage, "resumed", inject_failure_at_step=FAIL_AT, max_failures=0))
-    return storage / "resumed", fit(config(storage, "resumed"))
+    with pytest.raises(Exception) as stopped:
+        fit(config(storage, "resumed", inject_nan_at_step=FAIL_AT, max_failures=0))
+    run = storage / "resumed"
+    after_the_stop = {
+        "error": str(stopped.value),
+        "newest_checkpoint_step": json.loads((Path(latest_checkpoint(str(run)).path) / "train_state.json").read_text())["step"],
+        "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
+    }
+    rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False))
+    return run, rerun, after_the_stop
+
+
+def test_a_nan_step_stops_the_run_and_leaves_the_last_good_checkpoint_newest(resumed):
+    _, _, after = resumed
+    assert "step 13: loss nan / gradient norm nan is not finite; stopped before the update" in after["error"]
+    assert after["newest_checkpoint_step"] == EVERY
+    # The metrics keep every good step (written as the run goes, flushed when it stops); the rerun
+    # resumes from the checkpoint and drops the records past it.
+    assert after["records"] == list(range(1, FAIL_AT))
 
 
 def test_stopped_run_resumes_exactly(resumed, uninterrupted):
-    _, summary = resumed
-    expected = {s: l for s, l in losses(uninterrupted).items() if s > EVERY}
-    got = losses(summary)
-    assert min(got) == EVERY + 1  # restarted after the last checkpoint before the failure
-    assert got == pytest.approx(expected, rel=1e-6)
+    _, summary, _ = resumed
+    assert losses(summary) == pytest.approx(losses(uninterrupted), rel=1e-6)
 
 
 def test_metrics_file_holds_one_record_per_step_across_a_resume(resumed, uninterrupted):
-    run, _ = resumed
+    run, _, _ = resumed
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     assert [r["loss"] for r in records] == pytest.approx([losses(uninterrupted)[s] for s in range(1, STEPS + 1)], rel=1e-6)
 
 
-def test_worker_failure_recovers_under_failure_config(tmp_path, uninterrupted):
-    recovered = fit(config(tmp_path, "recovered", inject_failure_at_step=FAIL_AT, max_failures=1))
-    assert recovered["final_step"] == STEPS
-    assert recovered["final_loss"] == pytest.approx(uninterrupted["final_loss"], rel=1e-6)
+def test_worker_failure_recovers_under_failure_config(resumed):
+    run, summary, _ = resumed
+    assert (run / ".injected-failure").read_text() == str(WORKER_DIES_AT)  # it did die
+    assert summary["final_step"] == STEPS
+    # The restarted group started from the newest checkpoint before the death, not from the first one.
+    assert summary["resumed_from_step"] == 2 * EVERY
 
 
-def tiny_pretrained(folder) -> str:
-    """A tokenizer trained on the test corpus and a tiny Qwen2 saved beside it: a local 'hub' folder."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+def hub_layout_dataset(folder: Path) -> str:
+    """tests/data/chat.jsonl saved as a Hub dataset repo: parquet shards per split and a card that names them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    from training.model import builtin_config
-
-    texts = [json.loads(line) for line in (DATA / "corpus.jsonl").read_text().splitlines()]
-    corpus = [t["text"] if "text" in t else " ".join(m["content"] for m in t["messages"]) for t in texts]
-    tokenizer = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["<unk>", "<eos>", "<|user|>", "<|assistant|>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>")
-    fast.chat_template = "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} {% endfor %}"
-    fast.save_pretrained(folder)
-    config = builtin_config("tiny")
-    config.vocab_size = len(fast)
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    records = [json.loads(line) for line in (DATA / "chat.jsonl").read_text().splitlines()]
+    (folder / "data").mkdir(parents=True)
+    for split, part in (("train", records[:300]), ("validation", records[300:])):
+        pq.write_table(pa.Table.from_pylist(part), folder / "data" / f"{split}-00000-of-00001.parquet")
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                      "    path: data/train-*\n  - split: validation\n    path: data/validation-*\n---\n")
     return str(folder)
 
 
-def test_real_text_from_local_model_folder(tmp_path):
-    model = tiny_pretrained(tmp_path / "model")
-    summary = fit(config(tmp_path, "text", model=model, data=str(DATA / "corpus.jsonl"), steps=4,
-                         checkpoint_every=0, seq_len=32, micro_batch=2, export_hf=True))
-    curve = losses(summary)
-    vocab = json.loads((tmp_path / "model" / "config.json").read_text())["vocab_size"]
-    assert summary["final_step"] == 4
-    assert curve[1] == pytest.approx(math.log(vocab), abs=0.5)  # a fresh model on real tokens: about ln(vocab)
-    assert curve[4] < curve[1]  # and it learns from them
-    from transformers import AutoModelForCausalLM
-
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "text" / "hf-export")
-    assert exported.config.num_hidden_layers == 2
+@pytest.fixture(scope="module")
+def chat_sft(tmp_path_factory):
+    """Chat SFT from a Hub-layout dataset folder, validated on its validation split every 10 steps."""
+    tmp = tmp_path_factory.mktemp("sft")
+    model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
+    dataset = hub_layout_dataset(tmp / "dataset")
+    summary = fit(config(tmp, "sft", model=model, data=f"hf:{dataset}:train", val_data=f"hf:{dataset}:validation",
+                         steps=30, eval_every=10, eval_batches=4, seq_len=128, micro_batch=4, lr=3e-3,
+                         checkpoint_every=0, export_hf=True))
+    return tmp / "sft", summary, model
 
 
-def test_a_nan_step_stops_the_run_and_leaves_the_last_good_checkpoint_newest(tmp_path):
-    from training.storage import latest_checkpoint
+def test_chat_sft_learns_and_its_validation_loss_falls(chat_sft):
+    run, summary, _ = chat_sft
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    validation = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
+    assert sorted(validation) == [10, 20, 30]
+    assert validation[30] < validation[10] - 0.3
+    assert records[-1]["loss"] < records[0]["loss"] - 1.0
+    assert summary["val_loss"] == validation[30] and summary["val_ppl"] == pytest.approx(math.exp(validation[30]))
+    vocab = json.loads((run.parent / "model" / "config.json").read_text())["vocab_size"]
+    assert records[0]["loss"] == pytest.approx(math.log(vocab), abs=0.5)  # a fresh model on real tokens: about ln(vocab)
 
-    with pytest.raises(Exception, match=r"step 13: loss nan / gradient norm nan is not finite; stopped before the update"):
-        fit(config(tmp_path, "poisoned", inject_nan_at_step=FAIL_AT, max_failures=0))
-    newest = latest_checkpoint(str(tmp_path / "poisoned"))
-    assert json.loads((Path(newest.path) / "train_state.json").read_text())["step"] == EVERY
-    records = [json.loads(line) for line in (tmp_path / "poisoned" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(1, EVERY + 1))
 
+def test_the_export_loads_with_its_tokenizer(chat_sft):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run, _, model = chat_sft
+    assert AutoModelForCausalLM.from_pretrained(run / "hf-export").config.num_hidden_layers == 2
+    ids = AutoTokenizer.from_pretrained(model)("NCCL reduces gradients").input_ids
+    assert AutoTokenizer.from_pretrained(run / "hf-export")("NCCL reduces gradients").input_ids == ids
+
+
+def scalar_events(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """TensorBoard's event files read back: TFRecord framing (length, CRC, payload, CRC) of Event protos."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars: dict[str, list] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_events_beside_the_metrics(chat_sft):
+    run, _, _ = chat_sft
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    scalars = scalar_events(run / "tensorboard")
+    assert [step for step, _ in scalars["loss/validation"]] == [10, 20, 30]
+    assert [v for _, v in scalars["loss/train"]] == pytest.approx([r["loss"] for r in records], rel=1e-6)

@@ -34,6 +34,7 @@ REFUSED = [
     (["--max-failures", "-2"], r"--max-failures: -2 must be -1 \(unlimited\) or between 0 and 1000"),
     (["--loss-chunk-tokens", "0"], r"--loss-chunk-tokens: 0 must be between 1 and"),
     (["--profile", "a100"], r"--profile: 'a100' is not one of h200, l4"),
+    (["--attention", "eager"], r"--attention: 'eager' must be one of auto, sdpa, flex"),
     (["--workers", "0"], r"--workers: 0 must be between 1 and 4096"),
     (["--log-every", "0"], r"--log-every: 0 must be between 1 and"),
     (["--peak-tflops", "0"], r"--peak-tflops: 0.0 must be positive"),
@@ -50,7 +51,25 @@ REFUSED = [
     (["--storage-path", "file://relative"], r"--storage-path: 'file://relative' must be an absolute file:///path"),
     (["--storage-path", "/runs dir"], r"--storage-path: '/runs dir' may hold only"),
     (["--data", "hdfs://x/y.jsonl"], r"--data: 'hdfs://x/y.jsonl' must be a local path, file:// or s3://bucket/prefix"),
-    (["--data", "/x/train.csv"], r"--data: '/x/train.csv' must be random, pattern, a .jsonl/.json/.parquet file"),
+    (["--data", "/x/train.csv"], r"--data: '/x/train.csv' must be random, pattern, hf:org/name\[:split\], a .jsonl/.json/.parquet file"),
+    (["--data", "/x/train.jsonl"], r"--data: real data needs a tokenizer; --model tiny is a built-in config without one"),
+    (["--data", "hf:justaname"], r"--data: 'hf:justaname' must be hf:org/name\[:split\] or hf:/folder\[:split\]"),
+    (["--data", "hf:org/name:tr ain"], r"--data: 'hf:org/name:tr ain' must be hf:org/name"),
+    (["--data", "hf:org/na--me"], r"--data: 'hf:org/na--me' must be hf:org/name"),
+    (["--data", "hf:/x/$(id)"], r"--data: '/x/\$\(id\)' may hold only"),
+    (["--model", "o/m", "--data", "/x/a.jsonl", "--val-data", "/x/b.csv"], r"--val-data: '/x/b.csv' must be random, pattern"),
+    (["--val-data", "/x/b.jsonl"], r"--val-data: synthetic --data pattern has its own held-out stream; use --val-fraction"),
+    (["--model", "o/m", "--data", "/x/a.jsonl", "--val-data", "/x/b.jsonl", "--val-fraction", "0.1"],
+     r"--val-fraction: 0.1 and --val-data are exclusive"),
+    (["--val-fraction", "0.6"], r"--val-fraction: 0.6 must be in \[0, 0.5\]"),
+    (["--val-fraction", "-0.1"], r"--val-fraction: -0.1 must be in \[0, 0.5\]"),
+    (["--steps", "10", "--val-fraction", "0.1", "--eval-every", "11"], r"--eval-every: 11 must be between 0 \(only at the end\) and the number of steps \(10\)"),
+    (["--eval-every", "5"], r"--eval-every: 5 needs --val-data or --val-fraction"),
+    (["--eval-batches", "0"], r"--eval-batches: 0 must be between 1 and 65536"),
+    (["--messages-field", "1x"], r"--messages-field: '1x' must be a field name"),
+    (["--prompt-field", "a,b c", "--response-field", "r"], r"--prompt-field: 'a,b c' must be field names separated by commas"),
+    (["--prompt-field", "instruction"], r"--prompt-field and --response-field: give both \(instruction data\) or neither"),
+    (["--response-field", "output"], r"--prompt-field and --response-field: give both"),
     (["--data", "/x/$(id).jsonl"], r"--data: .* may hold only letters, digits"),
     (["--text-field", "a.b"], r"--text-field: 'a.b' must be a field name"),
     (["--cache-dir", "s3://bucket/cache"], r"--cache-dir: 's3://bucket/cache' must be a local path"),
@@ -69,8 +88,12 @@ def test_refusal_is_one_line_naming_the_option(argv, message):
 @pytest.mark.parametrize("argv", [
     ["--model", "qwen2.5-1.5b", "--seq-len", "32768"],
     ["--model", "./models/mine", "--data", "s3://my-bucket/data/"],
-    ["--run-name", "ft-0123456789", "--storage-path", "s3://my.bucket-1/runs", "--data", "file:///data/train.parquet"],
+    ["--model", "o/m", "--run-name", "ft-0123456789", "--storage-path", "s3://my.bucket-1/runs", "--data", "file:///data/train.parquet"],
     ["--steps", "5", "--warmup-steps", "10", "--max-failures", "-1"],
+    ["--model", "o/m", "--data", "hf:HuggingFaceH4/ultrachat_200k:train_sft", "--val-data", "hf:HuggingFaceH4/ultrachat_200k:test_sft"],
+    ["--model", "o/m", "--data", "hf:/data/alpaca", "--prompt-field", "instruction,input", "--response-field", "output",
+     "--val-fraction", "0.5", "--eval-every", "5", "--steps", "5"],
+    ["--val-fraction", "0.05", "--eval-every", "100", "--no-assistant-only-loss", "--no-async-checkpoint"],
 ])
 def test_accepted(argv):
     parse_args(argv)
@@ -87,7 +110,7 @@ def test_missing_local_model_is_refused_before_ray_starts(tmp_path, capsys):
 
 
 def test_missing_local_data_is_refused_before_ray_starts(tmp_path, capsys):
-    assert main(["--data", str(tmp_path / "train.jsonl"), "--local"]) == 2
+    assert main(["--model", "o/m", "--data", str(tmp_path / "train.jsonl"), "--local"]) == 2
     assert capsys.readouterr().err.strip() == f"error: --data: '{tmp_path / 'train.jsonl'}' does not exist on this machine"
 
 
@@ -119,7 +142,7 @@ def s3(monkeypatch):
 
 def test_missing_s3_data_is_refused(s3):
     with pytest.raises(ConfigError, match=r"^--data: s3://data-bucket/missing.jsonl does not exist$"):
-        check_inputs(validate(TrainConfig(data="s3://data-bucket/missing.jsonl")))
+        check_inputs(validate(TrainConfig(model="o/m", data="s3://data-bucket/missing.jsonl")))
 
 
 def test_s3_model_without_config_is_refused(s3):
@@ -130,12 +153,25 @@ def test_s3_model_without_config_is_refused(s3):
 
 def test_s3_data_folder_and_missing_bucket(s3):
     s3.put_object(Bucket="data-bucket", Key="data/part-0.parquet", Body=b"x")
-    check_inputs(validate(TrainConfig(data="s3://data-bucket/data/")))
+    check_inputs(validate(TrainConfig(model="o/m", data="s3://data-bucket/data/")))
     with pytest.raises(ConfigError, match=r"^--data: cannot read s3://no-bucket/x.jsonl: .*NoSuchBucket"):
-        check_inputs(validate(TrainConfig(data="s3://no-bucket/x.jsonl")))
+        check_inputs(validate(TrainConfig(model="o/m", data="s3://no-bucket/x.jsonl")))
 
 
 def test_present_inputs_pass(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
     (tmp_path / "train.jsonl").write_text('{"text": "a"}\n')
     check_inputs(validate(TrainConfig(model=str(tmp_path), data=str(tmp_path / "train.jsonl"), seq_len=1024)))
+
+
+@pytest.mark.parametrize("attention,data,device,kernel", [
+    ("auto", "/d/chat.jsonl", "cuda", "flex_attention"), ("auto", "random", "cuda", "sdpa"),
+    ("auto", "/d/chat.jsonl", "cpu", "sdpa"), ("sdpa", "/d/chat.jsonl", "cuda", "sdpa"), ("flex", "random", "cpu", "flex_attention"),
+])
+def test_attention_kernel(attention, data, device, kernel):
+    import torch
+
+    from training.model import attention_kernel
+
+    cfg = validate(TrainConfig(model="o/m", attention=attention, data=data))
+    assert attention_kernel(cfg, torch.device(device)) == kernel

@@ -152,3 +152,87 @@ def test_no_communicator_in_the_logs_fails_only_when_efa_is_required(tmp_path):
 def test_infiniband_between_nodes_is_not_efa(tmp_path):
     verdict = judge_files([write(tmp_path, two_node_log("IB", None, "NET/IB/0/GDRDMA"))], require_efa=True)
     assert not verdict.ok and "NOT on EFA: ib in 1 of 1" in verdict.line
+
+
+# ------------------------------------------------------------------ exact readings
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("Libfabric", "libfabric"), ("aws-ofi-nccl", "libfabric"), ("OFI", "libfabric"), ("Socket", "socket"),
+    ("SOCKET/0", "socket"), ("IB", "ib"), ("IBext_v8", "ib"), ("gIB/0", "gib/0"), ("Foo", "foo"),
+])
+def test_network_names(text, kind):
+    from training.transport import _net_kind
+
+    assert _net_kind(text) == kind
+
+
+@pytest.mark.parametrize("via,reading", [
+    ("NET/Socket/0", (True, "socket")), ("net/Libfabric/0", (True, "libfabric")), ("COLLNET/IB", (True, "ib")),
+    ("collnet/x", (True, "x")), ("P2P/CUMEM", (False, "P2P")), ("shm/direct", (False, "SHM")),
+])
+def test_channel_transports(via, reading):
+    from training.transport import _channel_kind
+
+    assert _channel_kind(via) == reading
+
+
+def test_a_communicator_reads_in_full(tmp_path):
+    [comm] = parse_log(two_node_log("Libfabric", "efa", "NET/Libfabric/0"))
+    assert (comm.comm, comm.nranks, comm.nnodes, comm.network, comm.provider) == ("0x5aa1", 8, 2, "Libfabric", "efa")
+    assert comm.intra_node == {"P2P"} and comm.inter_node == {"libfabric"} and comm.inter_node_transport() == "efa"
+    verdict = judge_files([write(tmp_path, two_node_log("Libfabric", "efa", "NET/Libfabric/0"))], require_efa=True)
+    assert verdict.communicators == [{"comm": "0x5aa1", "nranks": 8, "nnodes": 2, "network": "Libfabric", "provider": "efa",
+                                      "intra_node": ["P2P"], "inter_node": "efa"}]
+    assert verdict.line == "inter-node traffic on EFA in all 1 multi-node communicators"
+
+
+def test_without_channel_lines_the_network_names_the_transport():
+    from training.transport import Communicator
+
+    assert Communicator("c", 8, 2, network="Libfabric").inter_node_transport() == "libfabric-unknown"
+    assert Communicator("c", 8, 2, network="Libfabric", provider="tcp").inter_node_transport() == "libfabric-tcp"
+    assert Communicator("c", 8, 2, network="Socket").inter_node_transport() == "socket"
+    assert Communicator("c", 8, 1, network="Socket").inter_node_transport() is None
+    assert Communicator("c", 8, 2, inter_node={"socket", "ib"}).inter_node_transport() == "ib+socket"
+
+
+def test_exact_lines_of_the_other_verdicts(tmp_path):
+    none = judge_files([write(tmp_path, "NCCL INFO Bootstrap\n")], require_efa=True)
+    assert (none.ok, none.line, none.communicators) == (False, "no NCCL communicator found in the logs (is NCCL_DEBUG=INFO set?)", [])
+    single = judge_files([NVLINK], require_efa=True)
+    assert single.line == "single node: no inter-node traffic; intra-node P2P"
+    prefix = "n:1:1 [0] NCCL INFO "
+    quiet = write(tmp_path, f"{prefix}comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n")
+    assert judge_files([quiet], require_efa=True).line == "single node: no inter-node traffic; intra-node none logged"
+    sockets = judge_files([write(tmp_path, SOCKETS)], require_efa=False)
+    assert (sockets.ok, sockets.line) == (True, "inter-node traffic NOT on EFA: socket in 1 of 1 multi-node communicators")
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path):
+    path = tmp_path / "nccl.log"
+    path.write_bytes(EFA.encode() + b"\xff\xfe garbage\n")
+    assert judge_files([path], require_efa=True).ok
+    assert rank_report(3, "node-a", path) == RankReport(3, "node-a", str(path), True, True,
+                                                        "inter-node traffic on EFA in all 1 multi-node communicators")
+
+
+def test_many_ranks_without_a_log_are_listed_to_eight():
+    reports = [RankReport(r, f"n{r // 4}", None) for r in range(9)]
+    ok, line = decide(reports, require_efa=True)
+    assert not ok and line == ("no NCCL log from 9 of 9 ranks (ranks 0, 1, 2, 3, 4, 5, 6, 7, ... on n0, n1, n2): "
+                               "the inter-node transport cannot be verified")
+    ok, line = decide(reports[:8], require_efa=True)
+    assert line.startswith("no NCCL log from 8 of 8 ranks (ranks 0, 1, 2, 3, 4, 5, 6, 7 on n0, n1)")
+
+
+def test_the_cli_help_says_what_it_does(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m training.transport [-h] [--require-efa] logs [logs ...]")
+    assert "exit 1 unless every multi-node communicator uses EFA" in out
+    assert "NCCL_DEBUG=INFO log files (NCCL_DEBUG_FILE output)" in out
+    from training import transport
+
+    assert transport.__doc__.split("\n\n")[0] in " ".join(out.split())

@@ -60,8 +60,9 @@ def check_kubernetes_version(eks, version: str) -> Check:
                      f"set -c kubernetes_version=<{', '.join(EKS_CREATABLE_VERSIONS)}>")
     status = listed[0].get("versionStatus") or listed[0].get("status") or "available"
     if str(status).upper() in ("UNSUPPORTED", "END_OF_SUPPORT"):
+        newer = [v for v in EKS_CREATABLE_VERSIONS if v != version]
         return Check("kubernetes version", FAIL, f"Kubernetes {version} is {status} on EKS",
-                     f"set -c kubernetes_version={EKS_CREATABLE_VERSIONS[-1]}")
+                     f"set -c kubernetes_version={newer[-1]}")
     return Check("kubernetes version", PASS, f"EKS creates Kubernetes {version} ({status})")
 
 

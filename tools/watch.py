@@ -6,7 +6,8 @@
 3. Waits until every GPU node advertises the GPUs and EFA devices its worker pod requests,
    naming the node and what is missing when that does not happen in time.
 4. Follows the RayJob to its end, printing each status change and the trainer's step lines,
-   then a summary: result, NCCL transport verdict, tokens/s, where the checkpoints are.
+   then a summary: result, NCCL transport verdict, tokens/s, where the checkpoints are, and the
+   run's report (tools.report: a PNG of loss, validation loss, throughput, MFU and memory).
 Exit status: 0 when the job succeeded, 1 when it failed or nodes never became ready, 2 on errors.
 """
 
@@ -147,12 +148,26 @@ def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: i
                     print("  " + line.strip()[:300], flush=True)
             printed = len(log_lines)
         if job.terminal:
-            print("\n".join(cs.final_summary(job, cs.trainer_progress(log_lines), bucket)))
+            progress = cs.trainer_progress(log_lines)
+            print("\n".join(cs.final_summary(job, progress, bucket)))
+            print_report((progress.summary or {}).get("run"))
             return job.succeeded
         if time.monotonic() - started >= timeout_s:
             print(cs.timed_out_line(job, cs.trainer_progress(log_lines), timeout_s), flush=True)
             return False
         time.sleep(poll_s)
+
+
+def print_report(run: str | None) -> None:
+    """The run's picture and text summary (tools.report), from its metrics in the bucket."""
+    if not run:
+        return
+    from tools.report import ReportError, report
+
+    try:
+        print("\n".join(report(run)), flush=True)
+    except ReportError as error:
+        print(f"no report: {error}", flush=True)
 
 
 def billing_lines(api, s: Settings) -> list[str]:

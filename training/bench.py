@@ -250,7 +250,8 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     """The trainer's own pieces, exactly as train_func wires them (the mesh from the emulated nodes)."""
     from training.data import synthetic_batches
     from training.model import build_model, device_mesh
-    from training.step import lr_at, make_optimizer, train_step
+    from training.schedule import lr_at
+    from training.step import make_optimizer, train_step
 
     per_node = gpus_per_node or world
     sharding = "full" if cfg.sharding == "auto" else cfg.sharding
@@ -288,8 +289,8 @@ def _example_step(cfg: TrainConfig, device, rank: int, world: int):
     batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
 
     def step(i: int):
-        block = next(batches).to(device)
-        loss = model(input_ids=block[:, :-1], labels=block[:, :-1], use_cache=False).loss
+        input_ids = next(batches)["input_ids"].to(device)
+        loss = model(input_ids=input_ids, labels=input_ids, use_cache=False).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -1,36 +1,148 @@
 """Sharded checkpoints with torch.distributed.checkpoint: model, optimizer, step, data position.
 
-Each worker writes its own shard files into a local folder; Ray Train uploads every
-worker's folder into one checkpoint directory of the storage path, which then holds a
-complete DCP checkpoint (rank 0 adds the .metadata file and train_state.json).
+Each worker writes its own shard files into a local folder; Ray Train uploads every worker's
+folder into one checkpoint directory of the storage path, which then holds a complete DCP
+checkpoint (rank 0 adds the .metadata file and train_state.json; storage.checkpoint_complete
+checks that every rank's files arrived).
+
+Saving does not stall training (AsyncSaver): DCP copies the shards to CPU memory, which is the
+only pause, then writes them from a background thread while the next steps run; Ray uploads the
+folder in the background too once every rank has written it.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-TRAIN_STATE = "train_state.json"
+from training.storage import TRAIN_STATE
+
+
+def _state(model, optimizer) -> dict:
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state}
+
+
+def write_train_state(folder: str | Path, step: int, data_position: int) -> None:
+    (Path(folder) / TRAIN_STATE).write_text(json.dumps({"step": step, "data_position": data_position}))
 
 
 def save(folder: str | Path, model, optimizer, step: int, data_position: int, rank: int) -> None:
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder))
+    """Synchronous save: every rank waits until its shards are on disk."""
+    dcp.save(_state(model, optimizer), checkpoint_id=str(folder))
     if rank == 0:
-        (Path(folder) / TRAIN_STATE).write_text(json.dumps({"step": step, "data_position": data_position}))
+        write_train_state(folder, step, data_position)
 
 
 def load(folder: str | Path, model, optimizer) -> tuple[int, int]:
     """Restore in place; returns (step, data_position) of the checkpoint."""
-    model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optim": optim_state}
+    state = _state(model, optimizer)
     dcp.load(state, checkpoint_id=str(folder))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     train_state = json.loads((Path(folder) / TRAIN_STATE).read_text())
     return int(train_state["step"]), int(train_state["data_position"])
+
+
+@dataclass
+class PendingCheckpoint:
+    folder: str
+    step: int
+    future: object
+    started: float
+    stall_s: float
+    """How long training paused for it: the copy of this rank's shards to CPU memory."""
+
+
+class AsyncSaver:
+    """DCP asynchronous saves, one in flight at a time.
+
+    The background writes coordinate over their own gloo group, and the "has every rank finished
+    writing?" question over another, so neither can interleave with the training's collectives
+    (torchtitan does the same).
+    """
+
+    def __init__(self) -> None:
+        from torch.distributed.checkpoint import FileSystemWriter
+
+        self._write_group = dist.new_group(backend="gloo")
+        self._poll_group = dist.new_group(backend="gloo")
+        # One writer for the run: on GPU it keeps the staging copy in pinned CPU memory between
+        # checkpoints, so only the first pays for allocating it (docs/benchmarks.md).
+        self._writer = FileSystemWriter(tempfile.gettempdir(), cache_staged_state_dict=torch.cuda.is_available())
+        self.pending: PendingCheckpoint | None = None
+
+    def start(self, folder: str, model, optimizer, step: int, data_position: int, rank: int) -> PendingCheckpoint:
+        assert self.pending is None, "finish the previous checkpoint first"
+        started = time.perf_counter()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        future = dcp.async_save(_state(model, optimizer), checkpoint_id=folder, storage_writer=self._writer,
+                                process_group=self._write_group)
+        if rank == 0:
+            write_train_state(folder, step, data_position)
+        self.pending = PendingCheckpoint(folder, step, future, started, time.perf_counter() - started)
+        return self.pending
+
+    def written_everywhere(self) -> bool:
+        """Whether every rank's background write is done (one tiny CPU all-reduce; no GPU sync)."""
+        if self.pending is None:
+            return False
+        done = torch.tensor([1 if self.pending.future.done() else 0])
+        dist.all_reduce(done, op=dist.ReduceOp.MIN, group=self._poll_group)
+        return bool(done.item())
+
+    def finish(self) -> tuple[PendingCheckpoint, float]:
+        """Wait for this rank's write (raising its error, if any); returns it and the seconds waited."""
+        pending, self.pending = self.pending, None
+        waited = time.perf_counter()
+        pending.future.result()
+        return pending, time.perf_counter() - waited
+
+
+class Checkpoints:
+    """The run's checkpoints, as the training loop sees them: save() at a checkpoint step, poll()
+    after every step. A checkpoint goes to `report(step, folder, final)` (Ray Train) once every
+    rank has written it: at once when saving synchronously, after the background write otherwise;
+    the last one is always waited for. `stalls` holds how long each save paused training."""
+
+    def __init__(self, background: bool, rank: int, report, log) -> None:
+        self.saver = AsyncSaver() if background else None
+        self.rank, self.report, self.log = rank, report, log
+        self.stalls: list[float] = []
+
+    def save(self, model, optimizer, step: int, data_position: int, final: bool) -> None:
+        folder = tempfile.mkdtemp(prefix=f"checkpoint-{step}-")  # Ray deletes it once uploaded
+        if self.saver is None:
+            started = time.perf_counter()
+            save(folder, model, optimizer, step, data_position, self.rank)
+            self.stalls.append(time.perf_counter() - started)
+            self.report(step, folder, True)
+            return
+        if self.saver.pending:
+            self._hand_over(final=False)
+        self.stalls.append(self.saver.start(folder, model, optimizer, step, data_position, self.rank).stall_s)
+        if final:
+            self._hand_over(final=True)
+
+    def poll(self) -> None:
+        """Hand the background checkpoint over as soon as every rank has written it."""
+        if self.saver and self.saver.pending and self.saver.written_everywhere():
+            self._hand_over(final=False)
+
+    def _hand_over(self, final: bool) -> None:
+        pending, waited = self.saver.finish()
+        self.log(f"checkpoint of step {pending.step}: training paused {pending.stall_s:.2f} s to stage it, "
+                 f"written in the background in {time.perf_counter() - pending.started:.1f} s"
+                 + (f" (waited {waited:.1f} s for it)" if waited > 0.05 else ""))
+        self.report(pending.step, pending.folder, final)
 
 
 def export_hf(model, config, folder: str | Path, rank: int) -> None:

@@ -22,6 +22,8 @@ MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "tiny": 4096}
 HUB_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b"}
 SHARDINGS = ("auto", "full", "hybrid")
 REDUCE_DTYPES = ("fp32", "bf16")
+# Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
+ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
 SYNTHETIC_DATA = ("random", "pattern")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
@@ -45,6 +47,8 @@ MAX_LOSS_CHUNK_TOKENS = 1 << 20
 # Paths and URIs reach a shell command line (the RayJob entrypoint): no spaces, quotes, $, ;, |, &, `.
 _PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
+_HF_DATA = re.compile(r"hf:([^:]+?)(?::[A-Za-z0-9_.-]+)?")
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # S3 bucket naming rules: 3-63 characters, lower-case letters, digits, '.' and '-', letters or digits at the ends.
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 
@@ -93,20 +97,43 @@ class TrainConfig:
     gradient all-reduce per step crosses nodes), or auto (what training.plan says is fastest and fits)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
+    attention: str = "auto"
+    """Attention kernel: sdpa (PyTorch's fused kernels; a document mask makes it use a slower masked
+    one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
+    data on GPU, sdpa otherwise (docs/benchmarks.md)."""
     instance_type: str | None = None
     """The nodes' EC2 instance type (training/hardware.py), for --sharding auto's estimate of the links."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
-    """random, pattern, or a JSONL/Parquet file or folder (local path or s3://)."""
+    """random, pattern, a JSONL/Parquet file or folder (local path or s3://), or a Hub dataset:
+    hf:org/name[:split] (hf:/folder[:split] for one saved in the Hub's layout)."""
     text_field: str = "text"
-    """Field holding plain text; records with a `messages` list use the chat template instead."""
+    """Field holding plain text (every token is learned)."""
+    messages_field: str = "messages"
+    """Field holding a chat: a list of {role, content}, rendered with the tokenizer's chat template."""
+    prompt_field: str | None = None
+    """Instruction data: the field(s) of the user turn, comma-separated (joined by blank lines)..."""
+    response_field: str | None = None
+    """...and the field of the assistant's reply (both or neither)."""
+    assistant_only_loss: bool = True
+    """Chat: learn only the assistant turns; --no-assistant-only-loss learns every token."""
+    val_data: str | None = None
+    """Validation data, in any --data form (e.g. hf:org/name:validation)."""
+    val_fraction: float = 0.0
+    """Or hold out this fraction of --data's documents for validation (chosen by content hash)."""
+    eval_every: int = 0
+    """Steps between validation passes (0: only at the end); needs --val-data or --val-fraction."""
+    eval_batches: int = 16
+    """Micro-batches per worker in one validation pass."""
     storage_path: str = "runs"
     """Where checkpoints and the run summary go: a local folder or s3://bucket/prefix."""
     run_name: str = "run"
     """Run name; a rerun with the same storage path and name resumes from its latest checkpoint."""
     checkpoint_every: int = 0
     """Steps between checkpoints (0: only at the end)."""
+    async_checkpoint: bool = True
+    """Write checkpoints in the background (training pauses only to copy the shards to CPU memory)."""
     max_failures: int = 0
     """Worker-group restarts from the last checkpoint that Ray Train may make."""
     workers: int = 2
@@ -158,6 +185,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(1 <= c.loss_chunk_tokens <= MAX_LOSS_CHUNK_TOKENS,
             f"--loss-chunk-tokens: {c.loss_chunk_tokens} must be between 1 and {MAX_LOSS_CHUNK_TOKENS}")
     require(c.sharding in SHARDINGS, f"--sharding: {c.sharding!r} must be one of {', '.join(SHARDINGS)}")
+    require(c.attention in ATTENTIONS, f"--attention: {c.attention!r} must be one of {', '.join(ATTENTIONS)}")
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
     require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
             f"--instance-type: {c.instance_type!r} is not in training/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
@@ -178,12 +206,28 @@ def validate(c: TrainConfig) -> TrainConfig:
             f"--seq-len: {c.seq_len} exceeds {c.model}'s {max_positions} positions")
     _validate_location("--storage-path", c.storage_path)
     if c.data not in SYNTHETIC_DATA:
-        _validate_location("--data", c.data)
-        name = c.data.rstrip("/").rsplit("/", 1)[-1]
-        require(c.data.endswith("/") or name.endswith(DATA_SUFFIXES) or "." not in name,
-                f"--data: {c.data!r} must be random, pattern, a {'/'.join(DATA_SUFFIXES)} file, or a folder of them")
-    require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", c.text_field) is not None,
-            f"--text-field: {c.text_field!r} must be a field name (letters, digits, '_')")
+        _validate_data("--data", c.data)
+        require(c.model not in BUILTIN_MODELS, f"--data: real data needs a tokenizer; --model {c.model} is a built-in "
+                "config without one (give a hub id or a saved model folder, or --data random/pattern)")
+    if c.val_data is not None:
+        require(c.data not in SYNTHETIC_DATA,
+                f"--val-data: synthetic --data {c.data} has its own held-out stream; use --val-fraction instead")
+        _validate_data("--val-data", c.val_data)
+        require(c.val_fraction == 0, f"--val-fraction: {c.val_fraction} and --val-data are exclusive; give one")
+    require(0 <= c.val_fraction <= 0.5, f"--val-fraction: {c.val_fraction} must be in [0, 0.5]")
+    validating = c.val_data is not None or c.val_fraction > 0
+    require(0 <= c.eval_every <= c.steps, f"--eval-every: {c.eval_every} must be between 0 (only at the end) "
+            f"and the number of steps ({c.steps})")
+    require(c.eval_every == 0 or validating, f"--eval-every: {c.eval_every} needs --val-data or --val-fraction")
+    require(1 <= c.eval_batches <= MAX_GRAD_ACCUM, f"--eval-batches: {c.eval_batches} must be between 1 and {MAX_GRAD_ACCUM}")
+    for option in ("text_field", "messages_field", "response_field"):
+        value = getattr(c, option)
+        require(value is None or _FIELD.fullmatch(value) is not None,
+                f"{_flag(option)}: {value!r} must be a field name (letters, digits, '_')")
+    require(c.prompt_field is None or all(_FIELD.fullmatch(f) for f in c.prompt_field.split(",")),
+            f"--prompt-field: {c.prompt_field!r} must be field names separated by commas (letters, digits, '_')")
+    require((c.prompt_field is None) == (c.response_field is None),
+            "--prompt-field and --response-field: give both (instruction data) or neither")
     if c.cache_dir is not None:
         _validate_location("--cache-dir", c.cache_dir, remote=False)
     for option in ("inject_failure_at_step", "inject_nan_at_step"):
@@ -191,6 +235,24 @@ def validate(c: TrainConfig) -> TrainConfig:
         require(value is None or 1 <= value <= c.steps,
                 f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
     return c
+
+
+def _validate_data(option: str, value: str) -> None:
+    if value.startswith("hf:"):
+        match = _HF_DATA.fullmatch(value)
+        repo = match.group(1) if match else ""
+        local = repo.startswith(("/", "./", "../", "~"))
+        if match is None or not (local or (_HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
+            raise ConfigError(f"{option}: {value!r} must be hf:org/name[:split] or hf:/folder[:split] "
+                              "(a split is letters, digits, '_', '.', '-')")
+        if local:
+            _validate_location(option, repo, remote=False)
+        return
+    _validate_location(option, value)
+    name = value.rstrip("/").rsplit("/", 1)[-1]
+    if not (value.endswith("/") or name.endswith(DATA_SUFFIXES) or "." not in name):
+        raise ConfigError(f"{option}: {value!r} must be random, pattern, hf:org/name[:split], "
+                          f"a {'/'.join(DATA_SUFFIXES)} file, or a folder of them")
 
 
 def _validate_model(model: str) -> None:
@@ -241,11 +303,19 @@ def check_inputs(c: TrainConfig) -> None:
         max_positions = _local_max_positions(folder)
         if max_positions and c.seq_len > max_positions:
             raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
-    for option, value in (("--model", c.model), ("--data", c.data)):
+    if c.model.startswith("s3://"):
+        _check_s3("--model", c.model.rstrip("/") + "/config.json")
+    for option, value in (("--data", c.data), ("--val-data", c.val_data)):
+        if value is None or value in SYNTHETIC_DATA:
+            continue
         if value.startswith("s3://"):
-            _check_s3(option, value.rstrip("/") + ("/config.json" if option == "--model" else ""))
-    if c.data not in SYNTHETIC_DATA and not c.data.startswith("s3://") and not local(c.data).exists():
-        raise ConfigError(f"--data: {c.data!r} does not exist on this machine")
+            _check_s3(option, value)
+            continue
+        path = value.removeprefix("hf:").rsplit(":", 1)[0] if value.startswith("hf:") else value
+        if value.startswith("hf:") and not path.startswith(("/", "./", "../", "~")):
+            continue  # a Hub id: listing it names what is missing
+        if not local(path).exists():
+            raise ConfigError(f"{option}: {path!r} does not exist on this machine")
 
 
 def _local_max_positions(folder) -> int | None:

@@ -1,17 +1,30 @@
-"""Training data: synthetic token streams, or real text through Ray Data, packed to blocks.
+"""Training data: synthetic token streams, or real text and chat through Ray Data, packed to blocks.
 
-Every source yields blocks of seq_len + 1 token ids (inputs and shifted labels) and is
-addressed by a position, the number of micro-batches a worker has consumed, so that a
-resumed run continues where the checkpoint left off.
+A micro-batch is a dict of [micro_batch, seq_len] tensors: input_ids, labels (the next token, or
+IGNORE_INDEX where nothing is to be learned) and, for real data, position_ids that restart at 0
+at every document packed into a block: the attention kernel then keeps documents apart
+(transformers builds the document mask from them when no attention mask is given).
+
+Every source is addressed by a position, the number of micro-batches a worker has consumed, so
+that a resumed run continues where the checkpoint left off.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
+import hashlib
+import re
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
+
+from training.loss import IGNORE_INDEX
+
+# Synthetic validation data: the same task on sequences the training stream never holds.
+VALIDATION_SEED_OFFSET = 7_919
 
 
 def synthetic_block(kind: str, seed: int, index: int, vocab_size: int, length: int) -> torch.Tensor:
@@ -29,8 +42,8 @@ def synthetic_block(kind: str, seed: int, index: int, vocab_size: int, length: i
 
 
 def synthetic_batches(kind: str, seed: int, vocab_size: int, seq_len: int, micro_batch: int,
-                      rank: int, world_size: int, position: int = 0) -> Iterator[torch.Tensor]:
-    """Micro-batches for one worker, from micro-batch `position` on.
+                      rank: int, world_size: int, position: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+    """Micro-batches for one worker, from micro-batch `position` on; plain causal attention.
 
     Micro-step m of rank r holds global sequences m*W*B + r*B ... + B-1, so one worker with
     micro-batch W*B sees exactly the union of what W workers with micro-batch B see.
@@ -38,78 +51,319 @@ def synthetic_batches(kind: str, seed: int, vocab_size: int, seq_len: int, micro
     m = position
     while True:
         first = m * world_size * micro_batch + rank * micro_batch
-        yield torch.stack([synthetic_block(kind, seed, first + i, vocab_size, seq_len + 1) for i in range(micro_batch)])
+        blocks = torch.stack([synthetic_block(kind, seed, first + i, vocab_size, seq_len + 1) for i in range(micro_batch)])
+        yield {"input_ids": blocks[:, :-1], "labels": blocks[:, 1:]}
         m += 1
 
 
-# ---------------------------------------------------------------- real text (Ray Data)
+# ---------------------------------------------------------------- records to documents
+
+
+class DataError(ValueError):
+    """The data cannot be read as the options say; one line naming the option."""
+
+
+@dataclass(frozen=True)
+class DataFormat:
+    """Which fields of a record hold what, and what is learned from chat."""
+
+    text_field: str = "text"
+    messages_field: str = "messages"
+    prompt_fields: tuple[str, ...] = ()
+    """Instruction data: these fields, joined by blank lines, are the user turn..."""
+    response_field: str | None = None
+    """...and this one the assistant's reply."""
+    assistant_only_loss: bool = True
+    """Chat: learn the assistant turns only (the prompt tokens get no target)."""
+
+
+def _present(value) -> bool:
+    """A field that holds something: a mixed JSONL read by Ray Data fills the fields a record lacks with null or NaN."""
+    if isinstance(value, float):
+        return value == value
+    return value is not None and not (isinstance(value, str) and value == "")
+
+
+def record_messages(record: dict, fmt: DataFormat) -> list[dict] | None:
+    """The record as a chat (a list of {role, content}), or None when it is plain text."""
+    if fmt.response_field is not None:
+        prompt = "\n\n".join(str(record[f]) for f in fmt.prompt_fields if _present(record.get(f)))
+        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": str(record[fmt.response_field])}]
+    messages = record.get(fmt.messages_field)
+    if not _present(messages) or len(messages) == 0:
+        return None
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+
+
+def assistant_spans(messages: list[dict], tokenizer, rendered: str) -> list[tuple[int, int]]:
+    """Character spans of the assistant turns in the rendered chat.
+
+    Turn j spans from the end of the conversation before it, rendered with the generation prompt
+    (which ends where the reply starts), to the end of the conversation through it. This holds
+    for templates that render a conversation's prefix as a prefix of the whole (ChatML, Qwen,
+    Llama 3); others are refused rather than masked wrongly.
+    """
+    spans = []
+    for j, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = tokenizer.apply_chat_template(messages[:j], tokenize=False, add_generation_prompt=True) if j else ""
+        through = tokenizer.apply_chat_template(messages[:j + 1], tokenize=False)
+        if not (rendered.startswith(before) and rendered.startswith(through) and len(through) > len(before)):
+            raise DataError("--assistant-only-loss: this tokenizer's chat template does not render a conversation's "
+                            "turns as prefixes of the whole; train on every token with --no-assistant-only-loss")
+        spans.append((len(before), len(through)))
+    return spans
+
+
+def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tuple[list[int], list[bool], bool]]:
+    """Each record as (token ids, which tokens are learned, is chat). Plain text learns every token;
+    chat, with assistant_only_loss, only the assistant turns. Each document ends with EOS."""
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    chats = [record_messages(r, fmt) for r in records]
+    texts = []
+    for record, chat in zip(records, chats):
+        if chat is None:
+            if not _present(record.get(fmt.text_field)):
+                raise DataError(f"--text-field: a record has neither {fmt.text_field!r} nor "
+                                f"{fmt.messages_field!r} (fields: {', '.join(sorted(record))})")
+            texts.append(str(record[fmt.text_field]))
+        else:
+            if getattr(tokenizer, "chat_template", None) is None:
+                raise DataError("--data: chat records need a tokenizer with a chat template; this one has none")
+            texts.append(tokenizer.apply_chat_template(chat, tokenize=False))
+    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    documents = []
+    for chat, text, ids, offsets in zip(chats, texts, encoded["input_ids"], encoded["offset_mapping"]):
+        if chat is not None and fmt.assistant_only_loss:
+            spans = assistant_spans(chat, tokenizer, text)
+            learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
+        else:
+            learned = [True] * len(ids)
+        ids = list(ids)
+        if not ids or ids[-1] != eos:
+            # EOS is learned where the token before it is: after a reply, not after a prompt.
+            ids.append(eos)
+            learned.append(bool(learned) and learned[-1])
+        documents.append((ids, learned, chat is not None))
+    return documents
+
+
+# ---------------------------------------------------------------- documents to blocks
+
+
+def document_targets(ids: list[int], learned: list[bool]) -> list[int]:
+    """Each token's target: the next token of the same document where that one is learned.
+    A document's last token has none, so a document never learns the next one's first token."""
+    return [ids[i + 1] if learned[i + 1] else IGNORE_INDEX for i in range(len(ids) - 1)] + [IGNORE_INDEX]
+
+
+def pack(documents: list[tuple[list[int], list[bool], bool]], seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
+    """Documents into blocks of seq_len tokens, best fit (longest first), with per-document positions.
+
+    Plain text longer than a block is cut into block-sized pieces (each piece attends only to
+    itself); a longer chat is truncated, since its replies need their prompt. The rest of a
+    block is padding: its own positions, no targets.
+    """
+    pieces = []
+    for ids, learned, is_chat in documents:
+        targets = document_targets(ids, learned)
+        starts = [0] if is_chat else range(0, len(ids), seq_len)
+        pieces.extend((ids[s:s + seq_len], targets[s:s + seq_len]) for s in starts)
+    order = sorted(range(len(pieces)), key=lambda i: (-len(pieces[i][0]), i))
+    blocks: list[list[int]] = []  # piece indices per block
+    room: list[int] = []
+    for i in order:
+        size = len(pieces[i][0])
+        fits = [b for b in range(len(blocks)) if room[b] >= size]
+        if fits:
+            best = min(fits, key=lambda b: (room[b], b))
+        else:
+            best = len(blocks)
+            blocks.append([])
+            room.append(seq_len)
+        blocks[best].append(i)
+        room[best] -= size
+    shape = (len(blocks), seq_len)
+    out = {"input_ids": np.full(shape, pad_id, np.int64), "labels": np.full(shape, IGNORE_INDEX, np.int64),
+           "position_ids": np.zeros(shape, np.int64)}
+    for b, members in enumerate(blocks):
+        at = 0
+        for i in members:
+            ids, targets = pieces[i]
+            out["input_ids"][b, at:at + len(ids)] = ids
+            out["labels"][b, at:at + len(ids)] = targets
+            out["position_ids"][b, at:at + len(ids)] = np.arange(len(ids))
+            at += len(ids)
+        out["position_ids"][b, at:] = np.arange(seq_len - at)
+    return out
+
+
+def in_validation(ids: list[int], fraction: float) -> bool:
+    """A document's side of the validation split: a hash of its tokens, so the split is the
+    same on every run and worker, and a duplicate never lands on both sides."""
+    digest = hashlib.blake2b(np.asarray(ids, np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < fraction
 
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer(path: str, cache_dir: str | None, revision: str | None = None):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path, cache_dir=cache_dir, revision=revision)
+    from training.storage import local_model_path
+
+    return AutoTokenizer.from_pretrained(local_model_path(path, cache_dir), cache_dir=cache_dir, revision=revision)
 
 
-def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, text_field: str = "text",
-                      cache_dir: str | None = None, revision: str | None = None) -> dict:
-    """Ray Data map_batches function: records -> packed blocks of seq_len + 1 token ids.
-
-    A record's `messages` (chat) is rendered with the tokenizer's chat template; otherwise
-    `text_field` is used. Documents are joined with EOS; the tail shorter than a block is
-    dropped (at most one block per batch of records).
-    """
+def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, fmt: DataFormat, cache_dir: str | None = None,
+                      revision: str | None = None, part: str = "train", val_fraction: float = 0.0) -> dict:
+    """Ray Data map_batches function: records -> packed blocks (pack), for one side of the split."""
     tokenizer = _tokenizer(tokenizer_path, cache_dir, revision)
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    texts = []
-    messages = batch.get("messages")
-    for i in range(len(next(iter(batch.values())))):
-        if messages is not None and isinstance(messages[i], (list, np.ndarray)) and len(messages[i]) > 0:
-            chat = [dict(m) for m in messages[i]]
-            texts.append(tokenizer.apply_chat_template(chat, tokenize=False))
-        else:
-            texts.append(str(batch[text_field][i]))
-    stream: list[int] = []
-    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
-        stream.extend(ids)
-        stream.append(eos)
-    block = seq_len + 1
-    n_blocks = len(stream) // block
-    blocks = np.asarray(stream[: n_blocks * block], dtype=np.int64).reshape(n_blocks, block)
-    return {"input_ids": blocks}
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    size = len(next(iter(batch.values())))
+    records = [{k: v[i] for k, v in batch.items()} for i in range(size)]
+    documents = tokenize_records(records, tokenizer, fmt)
+    if val_fraction > 0:
+        documents = [d for d in documents if in_validation(d[0], val_fraction) == (part == "validation")]
+    if not documents:
+        return {k: np.zeros((0, seq_len), np.int64) for k in ("input_ids", "labels", "position_ids")}
+    return pack(documents, seq_len, pad)
 
 
-def read_text_dataset(path: str, tokenizer_path: str, seq_len: int, text_field: str, cache_dir: str | None,
-                      revision: str | None = None):
-    """A Ray Dataset of packed blocks from JSONL or Parquet (file or folder, local or s3://)."""
+# ---------------------------------------------------------------- where records come from
+
+
+# Split names as the Hub's datasets library recognises them in file and folder names.
+SPLIT_KEYWORDS = {
+    "train": ("train", "training"),
+    "validation": ("validation", "valid", "val", "dev"),
+    "test": ("test", "testing", "eval", "evaluation"),
+}
+DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
+_HF_SPEC = re.compile(r"hf:(?P<repo>[^:]+?)(?::(?P<split>[A-Za-z0-9_.-]+))?")
+
+
+def parse_hf_spec(spec: str) -> tuple[str, str]:
+    """hf:org/name[:split] or hf:/local/folder[:split] -> (repo or folder, split; train by default)."""
+    match = _HF_SPEC.fullmatch(spec)
+    if match is None:
+        raise DataError(f"--data: {spec!r} must be hf:org/name[:split] or hf:/folder[:split]")
+    return match.group("repo"), match.group("split") or "train"
+
+
+def _hub_filesystem(repo: str):
+    """(fsspec filesystem, root) of a Hub dataset repo, or of a local folder in the Hub's layout."""
+    if repo.startswith(("/", "./", "../", "~")):
+        import os
+
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem(), os.path.abspath(os.path.expanduser(repo))
+    from huggingface_hub import HfFileSystem
+
+    return HfFileSystem(), f"datasets/{repo}"
+
+
+def configured_data_files(readme: str, split: str) -> list[str] | None:
+    """The split's file patterns from a dataset card's YAML `configs` (the default config, else
+    the first), or None when the card declares none."""
+    import yaml
+
+    match = re.match(r"---\n(.*?)\n---", readme, re.S)
+    if not match:
+        return None
+    configs = (yaml.safe_load(match.group(1)) or {}).get("configs") or []
+    if not configs:
+        return None
+    chosen = next((c for c in configs if c.get("default") or c.get("config_name") == "default"), configs[0])
+    data_files = chosen.get("data_files")
+    if isinstance(data_files, (str, list)) and not (isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)):
+        return ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
+    patterns = []
+    for entry in data_files or []:
+        if entry.get("split") == split:
+            path = entry.get("path")
+            patterns.extend([path] if isinstance(path, str) else path)
+    return patterns
+
+
+def split_of(path: str) -> str | None:
+    """The split a data file's folder or name says it belongs to (train-00000-of-00001.parquet: train)."""
+    words = [w for part in path.lower().split("/") for w in re.split(r"[-._ ]", part)]
+    for split, keywords in SPLIT_KEYWORDS.items():
+        if any(k in words for k in keywords):
+            return split
+    return None
+
+
+def hub_data_files(files: list[str], readme: str | None, split: str) -> list[str]:
+    """The data files of a split, as the Hub lays them out: the card's `configs` when it has
+    them, else split names in folder and file names; with no split names at all, every file is train."""
+    data = sorted(f for f in files if f.endswith(DATA_FILE_SUFFIXES) and not f.split("/")[-1].startswith("."))
+    patterns = configured_data_files(readme, split) if readme else None
+    if patterns is not None:
+        chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]
+    elif any(split_of(f) for f in data):
+        chosen = [f for f in data if split_of(f) == split]
+    else:
+        chosen = data if split == "train" else []
+    if not chosen:
+        known = sorted({split_of(f) or "train" for f in data}) if patterns is None else "see its dataset card"
+        raise DataError(f"--data: no {split!r} split in this dataset (found: {known})")
+    return chosen
+
+
+def read_hub_dataset(spec: str):
+    """A Ray Dataset of a Hub dataset's split (hf:org/name[:split]), read from its files through
+    Ray Data; a local folder in the same layout goes through the same code."""
+    import pyarrow.fs
+    import ray.data
+
+    repo, split = parse_hf_spec(spec)
+    fs, root = _hub_filesystem(repo)
+    try:
+        files = [f[len(root) + 1:] for f in fs.find(root)]
+    except (FileNotFoundError, OSError) as error:
+        raise DataError(f"--data: cannot list {spec}: {str(error).splitlines()[0]}") from None
+    readme = fs.cat_file(f"{root}/README.md").decode() if "README.md" in files else None
+    chosen = [f"{root}/{f}" for f in hub_data_files(files, readme, split)]
+    arrow_fs = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs))
+    if all(f.endswith(".parquet") for f in chosen):
+        return ray.data.read_parquet(chosen, filesystem=arrow_fs)
+    if all(f.endswith(".jsonl") or f.endswith(".json") for f in chosen):
+        return ray.data.read_json(chosen, filesystem=arrow_fs, lines=all(f.endswith(".jsonl") for f in chosen))
+    raise DataError(f"--data: {spec}'s {split!r} split mixes file formats; give one of its folders instead")
+
+
+def read_source(path: str):
+    """A Ray Dataset of records from hf:..., or JSONL/Parquet (file or folder, local or s3://)."""
     import ray.data
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
+    if path.startswith("hf:"):
+        return read_hub_dataset(path)
     lower = path.rstrip("/").lower()
     if lower.endswith(".parquet"):
-        ds = ray.data.read_parquet(path)
-    elif lower.endswith((".jsonl", ".json")):
-        ds = ray.data.read_json(path, lines=lower.endswith(".jsonl"))
-    else:
-        ds = _read_folder(path)
-    return ds.map_batches(
-        tokenize_and_pack, batch_format="numpy", batch_size=256,
-        fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "text_field": text_field, "cache_dir": cache_dir,
-                   "revision": revision},
-    )
-
-
-def _read_folder(path: str):
-    import ray.data
-
+        return ray.data.read_parquet(path)
+    if lower.endswith((".jsonl", ".json")):
+        return ray.data.read_json(path, lines=lower.endswith(".jsonl"))
     try:
         return ray.data.read_parquet(path, file_extensions=["parquet"])
     except (ValueError, FileNotFoundError):
         return ray.data.read_json(path, lines=True, file_extensions=["jsonl"])
 
 
-def dataset_batches(shard, micro_batch: int, position: int = 0) -> Iterator[torch.Tensor]:
+def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat, cache_dir: str | None,
+                   revision: str | None = None, part: str = "train", val_fraction: float = 0.0):
+    """A Ray Dataset of packed blocks: one side (train or validation) of a source."""
+    return read_source(path).map_batches(
+        tokenize_and_pack, batch_format="numpy", batch_size=256,
+        fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "fmt": fmt, "cache_dir": cache_dir,
+                   "revision": revision, "part": part, "val_fraction": val_fraction},
+    )
+
+
+def dataset_batches(shard, micro_batch: int, position: int = 0) -> Iterator[dict[str, torch.Tensor]]:
     """Micro-batches from a worker's Ray Data shard, skipping `position` already consumed; epochs repeat."""
     consumed = 0
     while True:
@@ -120,6 +374,6 @@ def dataset_batches(shard, micro_batch: int, position: int = 0) -> Iterator[torc
                 consumed += 1
                 continue
             consumed += 1
-            yield batch["input_ids"]
+            yield batch
         if not produced:
             raise RuntimeError("--data: the dataset yields no full micro-batch; use more text or a smaller --seq-len/--micro-batch")

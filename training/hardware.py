@@ -25,6 +25,8 @@ class GpuSpec:
     """How the GPUs of one instance talk: nvlink or pcie."""
     intra_node_gbps: float
     """Per-GPU bandwidth of that link, one direction, GB/s."""
+    native_bf16: bool = True
+    """Tensor cores that run bf16; without them bf16_tflops is the fp16 figure, no MFU baseline for bf16 training."""
 
 
 # NVIDIA datasheets. PCIe Gen4 x16: 32 GB/s each way; NVLink 3 (A100): 300 GB/s each way; NVLink 4 (H100, H200): 450.
@@ -35,7 +37,7 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
     GpuSpec("A100", bf16_tflops=312.0, memory_gb=40, intra_node_link="nvlink", intra_node_gbps=300),
     GpuSpec("H100", bf16_tflops=989.0, memory_gb=80, intra_node_link="nvlink", intra_node_gbps=450),  # SXM
     GpuSpec("H200", bf16_tflops=989.0, memory_gb=141, intra_node_link="nvlink", intra_node_gbps=450),
-    GpuSpec("T4", bf16_tflops=65.0, memory_gb=16, intra_node_link="pcie", intra_node_gbps=16),  # fp16; no bf16 tensor cores
+    GpuSpec("T4", bf16_tflops=65.0, memory_gb=16, intra_node_link="pcie", intra_node_gbps=16, native_bf16=False),
 )}
 
 PRICES_AS_OF = "2025-06 on-demand list prices, us-east-1/us-east-2"

@@ -12,9 +12,10 @@ from training.hardware import gpu_for_device_name
 from training.records import format_record
 
 def datasheet_peak_tflops(device_name: str) -> float | None:
-    """Dense bf16 peak (training/hardware.py) of a CUDA device name such as 'NVIDIA H200'; None if unknown."""
+    """Dense bf16 peak (training/hardware.py) of a CUDA device name such as 'NVIDIA H200'; None if unknown
+    or without bf16 tensor cores (T4)."""
     gpu = gpu_for_device_name(device_name)
-    return gpu.bf16_tflops if gpu else None
+    return gpu.bf16_tflops if gpu and gpu.native_bf16 else None
 
 
 def count_params(model: torch.nn.Module, exclude_embedding: bool = False) -> int:
@@ -87,16 +88,24 @@ class StepStats:
     peak_mem_gib: float
     step_time_s: float
     eta_s: float
+    val_loss: float | None = None
+    """Mean loss over the validation targets, on the steps that evaluate."""
+    val_ppl: float | None = None
+    """exp(val_loss): validation perplexity."""
 
     def record(self) -> str:
         """One JSON line for machines: the same figures, full precision (metrics.jsonl, the watcher)."""
-        return format_record(asdict(self))
+        return format_record(self.fields())
+
+    def fields(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "mfu"}
 
     def line(self) -> str:
         mfu = f" mfu {self.mfu * 100:5.1f}%" if self.mfu is not None else ""
         mem = f" mem {self.peak_mem_gib:5.1f}GiB" if self.peak_mem_gib else ""
+        val = f" | val {self.val_loss:7.4f} ppl {self.val_ppl:,.2f}" if self.val_loss is not None else ""
         return (
-            f"{self.time} step {self.step:>5}/{self.steps} | loss {self.loss:7.4f} | lr {self.lr:.2e} | "
+            f"{self.time} step {self.step:>5}/{self.steps} | loss {self.loss:7.4f}{val} | lr {self.lr:.2e} | "
             f"gnorm {self.grad_norm:6.3f} | {self.tokens_per_s_per_gpu:9,.0f} tok/s/gpu | "
             f"{self.tflops_per_gpu:7.2f} TFLOP/s/gpu{mfu}{mem} | {self.step_time_s * 1000:7.1f} ms/step | "
             f"eta {_duration(self.eta_s)}"

@@ -179,7 +179,7 @@ class Estimate:
     intra_s: float
     inter_s: float
     exposed_s: float
-    """Communication that cannot overlap compute: the root's gathers and the last reduction."""
+    """Step time beyond the compute: communication that found no compute to hide behind."""
     step_s: float
     memory_gib: float
     """Peak reserved memory per GPU."""
@@ -191,9 +191,11 @@ class Estimate:
 
     @property
     def bound(self) -> str:
-        slowest = max(("compute", self.compute_s), ("intra-node link", self.intra_s), ("inter-node link", self.inter_s),
-                      key=lambda item: item[1])
-        return slowest[0] + "-bound"
+        """compute-bound when communication hides behind compute (the step is within 10% of the compute
+        alone), else bound by the link that carries the most time."""
+        if self.step_s <= 1.1 * self.compute_s:
+            return "compute-bound"
+        return ("intra-node link" if self.intra_s > self.inter_s else "inter-node link") + "-bound"
 
 
 def _gather_factor(n: int) -> float:
@@ -210,30 +212,43 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     weight_layers, weight_root = 2 * model.layer_params, 2 * model.root_params  # bf16
     grad = REDUCE_DTYPES[layout.reduce_dtype] * model.params
     # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once
-    # per micro-batch (it stays gathered from forward through backward).
+    # per micro-batch (it stays gathered from forward through backward). They move while any micro-batch computes.
     gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * (1 if layout.keep_gathered else m)
-    shard_traffic = (gathered + grad) * _gather_factor(shard)  # all-gathers and the reduce-scatter, per GPU
+    # The gradient reductions move only during the last micro-batch's backward (sync is off before it).
+    spread_shard, tail_shard = gathered * _gather_factor(shard), grad * _gather_factor(shard)
     replica_traffic = 2 * grad * _gather_factor(nodes) if hybrid else 0.0  # the all-reduce, per node
     link = calibration.link_efficiency
     intra_gbps = cluster.gpu.intra_node_gbps * link
     inter_gbps = cluster.inter_node_gbps * link if nodes > 1 else float("inf")
     if hybrid or nodes == 1:
-        intra_bytes, inter_bytes = shard_traffic, replica_traffic
+        spread = {"intra": spread_shard, "inter": 0.0}
+        tail = {"intra": tail_shard, "inter": replica_traffic}
     else:
         # One ring over all GPUs: each node's network carries what every ring edge carries.
-        intra_bytes, inter_bytes = shard_traffic, shard_traffic
-    intra_s = intra_bytes / (intra_gbps * 1e9) if intra_bytes else 0.0
-    inter_s = inter_bytes / (inter_gbps * 1e9) if inter_bytes else 0.0
+        spread = {"intra": spread_shard, "inter": spread_shard}
+        tail = {"intra": tail_shard, "inter": tail_shard}
+    rate = {"intra": intra_gbps * 1e9, "inter": inter_gbps * 1e9}
+    seconds = lambda traffic: max(traffic[k] / rate[k] if traffic[k] else 0.0 for k in rate)  # noqa: E731
+    intra_bytes, inter_bytes = spread["intra"] + tail["intra"], spread["inter"] + tail["inter"]
+    intra_s = intra_bytes / rate["intra"] if intra_bytes else 0.0
+    inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
     efficiency = calibration.efficiency(cluster.gpu.name, work)
     compute_s = flops / (cluster.gpu.bf16_tflops * 1e12 * efficiency)
-    # Before the first layer computes, the root's gather must land; after the last backward, the
-    # reductions of the root's gradients (the embedding: 15% of Qwen2.5-1.5B) still have to run.
-    root_share = model.root_params / model.params
-    comm_s = max(intra_s, inter_s)
-    exposed_s = comm_s * root_share * ((1 + 1) / (m + 1) if not layout.keep_gathered else 1.0)
-    step_s = max(compute_s, comm_s) + exposed_s
+    # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
+    # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without), the reductions.
+    # The root's first gather must land before anything computes.
+    # Kept gathered, every layer is gathered in the first micro-batch's forward (a quarter of its
+    # passes with recomputation, a third without), and nothing moves in the other micro-batches.
+    backward_share = 0.75 if work.activation_checkpointing else 2 / 3
+    window = compute_s * backward_share / m
+    gather_window = compute_s * (1 - backward_share) / m if layout.keep_gathered else compute_s - window
+    root_first = {"intra": weight_root * _gather_factor(shard), "inter": 0.0 if hybrid or nodes == 1
+                  else weight_root * _gather_factor(shard)}
+    step_s = (seconds(root_first) + max(gather_window, seconds(spread)) + (compute_s - window - gather_window)
+              + max(window, seconds(tail)))
+    exposed_s = step_s - compute_s
 
     memory = memory_bytes(model, work, layout, shard, calibration) * calibration.allocator_overhead
     tokens_per_s = work.tokens_per_step / step_s

@@ -1,11 +1,11 @@
-"""The optimizer, the learning-rate schedule and one training step: shared by train and bench."""
+"""The optimizer and one training step (and evaluation): shared by train and bench."""
 
 from __future__ import annotations
 
-import math
 from typing import Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -18,17 +18,6 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: tor
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
 
 
-def lr_at(step: int, peak: float, warmup: int, total: int, min_ratio: float) -> float:
-    """The learning rate of optimizer step `step` (0 .. total-1): linear warmup that reaches the peak
-    on step warmup-1, then cosine decay from the peak there (step 0 without warmup) to exactly
-    min_ratio * peak on the last step, total-1. The peak is used once."""
-    if warmup and step < warmup:
-        return peak * (step + 1) / warmup
-    start = warmup - 1 if warmup else 0
-    progress = (step - start) / max(1, total - 1 - start)
-    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 class NonFiniteStep(FloatingPointError):
     """The loss or the gradient norm of a step was NaN or infinite; the weights were not updated."""
 
@@ -37,11 +26,29 @@ class NonFiniteStep(FloatingPointError):
         self.loss, self.grad_norm = loss, grad_norm
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[torch.Tensor],
+def step_loss_scale(micro_batches: list[dict[str, torch.Tensor]], device: torch.device) -> torch.Tensor:
+    """world size / (valid targets of the whole step, on every rank), as a device tensor.
+
+    Each rank's summed loss times this, averaged over ranks by FSDP's gradient reduction, is the
+    step's mean over its valid targets: every token counts the same, however the prompt masks and
+    padding are spread over micro-batches and ranks. No host sync: the count stays on the device.
+    """
+    from training.loss import IGNORE_INDEX
+
+    valid = sum((mb["labels"] != IGNORE_INDEX).sum() for mb in micro_batches).to(device, torch.float32)
+    world = 1
+    if dist.is_initialized():
+        dist.all_reduce(valid)
+        world = dist.get_world_size()
+    return world / valid.clamp(min=1)
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[dict[str, torch.Tensor]],
                grad_accum: int, grad_clip: float, lr: float, device: torch.device,
                keep_weights_gathered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step over grad_accum micro-batches; returns (this rank's loss, the global grad norm)
-    as device tensors.
+    """One optimizer step over grad_accum micro-batches; returns (this rank's share of the step's
+    mean loss, the global grad norm) as device tensors: the mean over ranks of the first is the
+    step's loss.
 
     keep_weights_gathered (with reshard_after_forward off): the layers' weights stay gathered
     from the first micro-batch's forward to the last one's backward, so a step all-gathers each
@@ -52,15 +59,16 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
+    micro_batches = [next(batches) for _ in range(grad_accum)]
+    scale = step_loss_scale(micro_batches, device)
     loss_sum = torch.zeros((), device=device)
-    for micro in range(grad_accum):
-        block = next(batches).to(device, non_blocking=True)
+    for micro, batch in enumerate(micro_batches):
         last = micro == grad_accum - 1
         # FSDP2 reduce-scatters only after the last micro-batch's backward.
         model.set_requires_gradient_sync(last)
         if keep_weights_gathered:
             model.set_reshard_after_backward(last)
-        loss = model(block[:, :-1], block[:, 1:]) / grad_accum
+        loss = model(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}, scale=scale)
         loss.backward()
         loss_sum += loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
@@ -71,3 +79,19 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return loss_sum, total_norm
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[dict[str, torch.Tensor]], device: torch.device) -> tuple[float, int]:
+    """(mean loss over the valid targets of every rank's batches, their count). Every rank must
+    pass the same number of batches: each forward gathers the sharded weights."""
+    from training.loss import IGNORE_INDEX
+
+    totals = torch.zeros(2, device=device, dtype=torch.float64)
+    for batch in batches:
+        totals[0] += model(**{k: v.to(device) for k, v in batch.items()}).double()
+        totals[1] += (batch["labels"] != IGNORE_INDEX).sum().to(device)
+    if dist.is_initialized():
+        dist.all_reduce(totals)
+    count = int(totals[1].item())
+    return (totals[0] / max(count, 1)).item(), count

@@ -37,8 +37,7 @@ def upload_folder(local: str | Path, uri: str) -> None:
 def latest_checkpoint(run_uri: str):
     """The newest complete checkpoint of a run (a crashed run leaves no Ray snapshot), or None.
 
-    Complete means DCP's .metadata and our train_state.json are both there; the newest is the
-    one with the highest step.
+    Complete (checkpoint_complete): the newest is the one with the highest step.
     """
     import json
 
@@ -54,14 +53,86 @@ def latest_checkpoint(run_uri: str):
     for entry in entries:
         if entry.type != pyarrow.fs.FileType.Directory or not entry.base_name.startswith("checkpoint_"):
             continue
-        files = {f.base_name for f in fs.get_file_info(pyarrow.fs.FileSelector(entry.path))}
-        if not {".metadata", "train_state.json"} <= files:
+        if not checkpoint_complete(fs, entry.path):
             continue
-        with fs.open_input_stream(f"{entry.path}/train_state.json") as stream:
+        with fs.open_input_stream(f"{entry.path}/{TRAIN_STATE}") as stream:
             step = json.loads(stream.read())["step"]
         if best is None or step > best[0]:
             best = (step, entry.path)
     return Checkpoint(best[1], filesystem=fs) if best else None
+
+
+TRAIN_STATE = "train_state.json"
+
+
+def checkpoint_complete(fs, path: str) -> bool:
+    """Every rank's shard is there, whole: DCP's .metadata names each shard file and the byte
+    range of every item in it (every rank's), so a missing or short file is found; and our
+    train_state.json. Each worker uploads its own files, so rank 0's alone prove nothing."""
+    import pickle
+
+    import pyarrow.fs
+
+    sizes = {f.base_name: f.size for f in fs.get_file_info(pyarrow.fs.FileSelector(path))
+             if f.type == pyarrow.fs.FileType.File}
+    if ".metadata" not in sizes or TRAIN_STATE not in sizes:
+        return False
+    try:
+        with fs.open_input_stream(f"{path}/.metadata") as stream:
+            metadata = pickle.loads(stream.read())  # DCP's own format: a pickled Metadata object
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return False
+    needed: dict[str, int] = {}
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    return bool(needed) and all(sizes.get(name, -1) >= end for name, end in needed.items())
+
+
+def local_model_path(model: str, cache_dir: str | None) -> str:
+    """An s3:// model folder copied to this node's cache once (the first process to get here
+    downloads, under a file lock; the others wait and reuse it); anything else unchanged."""
+    if not model.startswith("s3://"):
+        return model
+    import fcntl
+    import os
+
+    target = Path(cache_dir or Path.home() / ".cache" / "eks-fsdp-efa") / "s3" / model.removeprefix("s3://").rstrip("/")
+    done = target / ".download-complete"
+    if done.exists():
+        return str(target)
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not done.exists():
+                download_prefix(model, target)
+                done.write_text(str(os.getpid()))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return str(target)
+
+
+def download_prefix(uri: str, target: Path) -> int:
+    """Every object under an s3:// prefix into a local folder (boto3: the pod's or machine's
+    credentials); returns the number of files."""
+    import boto3
+
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    prefix = prefix.rstrip("/") + "/" if prefix else ""
+    s3 = boto3.client("s3")
+    count = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            relative = item["Key"][len(prefix):]
+            if not relative or relative.endswith("/"):
+                continue
+            destination = target / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, item["Key"], str(destination))
+            count += 1
+    if count == 0:
+        raise FileNotFoundError(f"--model: nothing under {uri}")
+    return count
 
 
 def exists(uri: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import tempfile
@@ -30,9 +31,10 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from training import checkpoint as ckpt
-    from training.data import dataset_batches, synthetic_batches
     from training.model import build_model
-    from training.step import NonFiniteStep, lr_at, make_optimizer, train_step
+    from training.records import RecordWriter
+    from training.schedule import lr_at
+    from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
 
     cfg = TrainConfig(**config)
     context = ray.train.get_context()
@@ -48,67 +50,129 @@ def train_func(config: dict) -> None:
     step, position = 0, 0
     from training.storage import latest_checkpoint
 
-    # Ray restores within one fit(); a rerun after a crash finds the checkpoint itself.
-    restored = ray.train.get_checkpoint() or latest_checkpoint(run_uri(cfg))
+    # The newest complete checkpoint in storage, before Ray's own pointer: a report still in flight
+    # when a worker dies is never registered, and a rerun after a crash has no pointer at all.
+    restored = latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint()
     if restored:
         with restored.as_directory() as folder:
             step, position = ckpt.load(folder, model, optimizer)
         log(rank, f"resumed from checkpoint at step {step} (data position {position})")
 
-    if cfg.data in SYNTHETIC_DATA:
-        batches = synthetic_batches(cfg.data, cfg.seed, model.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
-    else:
-        batches = dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position)
-
+    resumed_from = step
+    batches = train_batches(cfg, model.config.vocab_size, rank, world, position)
+    validation = validation_batches(cfg, model.config.vocab_size, rank, world, device)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
-    records = read_records(cfg, up_to_step=step) if rank == 0 else []
-    history: list[dict] = []
+    metrics_log = RecordWriter(run_uri(cfg), read_metrics_file(cfg, up_to_step=step)) if rank == 0 else None
     last = None
+
+    def report(checkpoint_step: int, folder: str, final: bool) -> None:
+        """Hand a written checkpoint to Ray: uploaded in the background, the last one before the run ends."""
+        from ray.train import CheckpointUploadMode
+
+        metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
+                   "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
+                   **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
+                         checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
+                         delete_local_checkpoint_after_upload=True)
+        if metrics_log:
+            metrics_log.flush()
+
+    checkpoints = ckpt.Checkpoints(cfg.async_checkpoint, rank, report, lambda message: log(rank, message))
+
     if step >= cfg.steps:
         log(rank, f"the run is complete: its checkpoint is at step {step} of {cfg.steps}; nothing to train")
-    while step < cfg.steps:
-        maybe_inject_failure(cfg, step + 1, rank, world)
-        lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-        injected = maybe_inject_nan(cfg, step + 1, rank, model)
-        try:
-            loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                         keep_weights_gathered=not cfg.reshard_after_forward)
-        except NonFiniteStep as error:
-            # Stop here: no update was applied, and no checkpoint of this state is written.
-            raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
-                               f"is untouched (lower --lr or check the data)") from None
-        finally:
-            if injected:
-                injected.remove()
-        step += 1
-        position += cfg.grad_accum
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            dist.all_reduce(loss)  # the mean over workers; also the host sync of this step
-            last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(grad_norm), peak_memory_gib(device))
-            history.append({"step": step, "loss": last.loss, "lr": lr, "grad_norm": last.grad_norm})
-            records.append(last.record())
-            log(rank, last.line())
-            log(rank, last.record())
-        if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-            # The history rides on the last report only: Ray Train logs every report in full.
-            metrics = {"step": step, "transport": transport, "world_size": world, "sharding": sharding,
-                       **({"loss_history": history} if step == cfg.steps else {}),
-                       **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
-            with tempfile.TemporaryDirectory() as folder:
-                ckpt.save(folder, model, optimizer, step, position, rank)
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
-            if rank == 0:
-                write_records(cfg, records)
-            throughput.reset(step)  # keep checkpoint time out of the next step's throughput
+    try:
+        while step < cfg.steps:
+            maybe_inject_failure(cfg, step + 1, rank, world)
+            lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
+            injected = maybe_inject_nan(cfg, step + 1, rank, model)
+            try:
+                loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
+                                             keep_weights_gathered=not cfg.reshard_after_forward)
+            except NonFiniteStep as error:
+                # Stop here: no update was applied, and no checkpoint of this state is written.
+                raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
+                                   f"is untouched (lower --lr or check the data)") from None
+            finally:
+                if injected:
+                    injected.remove()
+            step += 1
+            position += cfg.grad_accum
+            checkpoints.poll()
+            evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
+            if step % cfg.log_every == 0 or step == cfg.steps or evaluating:
+                dist.all_reduce(loss)  # the mean over workers; also the host sync of this step
+                last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(grad_norm), peak_memory_gib(device))
+                if evaluating:
+                    last.val_loss, _ = evaluate(model, validation, device)
+                    last.val_ppl = math.exp(min(last.val_loss, 700.0))
+                    throughput.reset(step)  # keep evaluation out of the next step's throughput
+                log(rank, last.line())
+                log(rank, last.record())
+                if metrics_log:
+                    metrics_log.add(last.fields())
+            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
+                throughput.reset(step)  # keep checkpoint time out of the next step's throughput
+    finally:  # a run stopped by an error keeps its records up to the last good step
+        if metrics_log:
+            metrics_log.close()
     if cfg.export_hf:
-        with tempfile.TemporaryDirectory() as folder:
-            ckpt.export_hf(model, model.config, folder, rank)
-            if rank == 0:
-                from training.storage import upload_folder
+        export_model(cfg, model, rank)
 
-                upload_folder(folder, f"{run_uri(cfg)}/hf-export")
+
+def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, position: int):
+    import ray.train
+
+    from training.data import dataset_batches, synthetic_batches
+
+    if cfg.data in SYNTHETIC_DATA:
+        return synthetic_batches(cfg.data, cfg.seed, vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
+    return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position)
+
+
+def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, device: torch.device) -> list | None:
+    """This worker's validation micro-batches, the same number on every worker (each forward is a
+    collective), held for every evaluation; None when the run has no validation data."""
+    import itertools
+
+    import ray.train
+
+    from training.data import VALIDATION_SEED_OFFSET, dataset_batches, synthetic_batches
+
+    if cfg.val_data is None and cfg.val_fraction == 0:
+        return None
+    if cfg.data in SYNTHETIC_DATA:
+        source = synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, vocab_size, cfg.seq_len,
+                                   cfg.micro_batch, rank, world)
+    else:
+        source = dataset_batches(ray.train.get_dataset_shard("validation"), cfg.micro_batch)
+    held = list(itertools.islice(source, cfg.eval_batches))
+    count = torch.tensor([len(held)], device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MIN)
+    return held[:int(count.item())]
+
+
+def export_model(cfg: TrainConfig, model, rank: int) -> None:
+    """The model in Hugging Face format, with its tokenizer when it has one, under <run>/hf-export."""
+    from training import checkpoint as ckpt
+
+    with tempfile.TemporaryDirectory() as folder:
+        ckpt.export_hf(model, model.config, folder, rank)
+        if rank != 0:
+            return
+        from training.config import BUILTIN_MODELS
+
+        if cfg.model not in BUILTIN_MODELS:
+            from training.data import _tokenizer
+
+            _tokenizer(cfg.model, cfg.cache_dir, cfg.model_revision).save_pretrained(folder)
+        from training.storage import upload_folder
+
+        upload_folder(folder, f"{run_uri(cfg)}/hf-export")
 
 
 def log(rank: int, message: str) -> None:
@@ -116,31 +180,15 @@ def log(rank: int, message: str) -> None:
         print(message, flush=True)
 
 
-METRICS_FILE = "metrics.jsonl"
-
-
-def read_records(cfg: TrainConfig, up_to_step: int) -> list[str]:
+def read_metrics_file(cfg: TrainConfig, up_to_step: int) -> list[dict]:
     """The run's step records so far (a resumed run continues its file), without steps past the checkpoint."""
-    from training.records import RECORD_PREFIX, parse_record
+    from training.records import METRICS_FILE, read_metrics
     from training.storage import exists, read_text
 
     uri = f"{run_uri(cfg)}/{METRICS_FILE}"
     if up_to_step == 0 or not exists(uri):
         return []
-    kept = []
-    for line in read_text(uri).splitlines():
-        record = parse_record(RECORD_PREFIX + line)
-        if record and record["step"] <= up_to_step:
-            kept.append(RECORD_PREFIX + line)
-    return kept
-
-
-def write_records(cfg: TrainConfig, records: list[str]) -> None:
-    """metrics.jsonl beside the checkpoints: one JSON object per logged step."""
-    from training.records import RECORD_PREFIX
-    from training.storage import write_text
-
-    write_text(f"{run_uri(cfg)}/{METRICS_FILE}", "".join(r.removeprefix(RECORD_PREFIX) + "\n" for r in records))
+    return read_metrics(read_text(uri), up_to_step)
 
 
 def maybe_inject_nan(cfg: TrainConfig, step: int, rank: int, model: torch.nn.Module):
@@ -273,12 +321,7 @@ def fit(cfg: TrainConfig) -> dict:
         else:
             ray.init(address="auto", runtime_env=runtime_env(cfg))
     use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
-    datasets = {}
-    if cfg.data not in SYNTHETIC_DATA:
-        from training.data import read_text_dataset
-
-        datasets["train"] = read_text_dataset(cfg.data, cfg.model, cfg.seq_len, cfg.text_field, cfg.cache_dir,
-                                              cfg.model_revision)
+    datasets = real_datasets(cfg)
     from training import train as importable  # by reference: `python -m` makes this module __main__
 
     trainer = TorchTrainer(
@@ -295,26 +338,51 @@ def fit(cfg: TrainConfig) -> dict:
     )
     result = trainer.fit()
     metrics = dict(result.metrics or {})
+    records = read_metrics_file(cfg, up_to_step=metrics.get("step") or 0)
+    evaluated = [r for r in records if r.get("val_loss") is not None]
     summary = {
         "run": run_uri(cfg),
         "settings": dataclasses.asdict(cfg),
         "wall_time_s": round(time.time() - started, 1),
         "final_step": metrics.get("step"),
-        "final_loss": (metrics.get("loss_history") or [{}])[-1].get("loss"),
+        "resumed_from_step": metrics.get("resumed_from_step"),
+        "final_loss": records[-1]["loss"] if records else None,
+        "val_loss": evaluated[-1]["val_loss"] if evaluated else None,
+        "val_ppl": evaluated[-1]["val_ppl"] if evaluated else None,
         "tokens_per_s_per_gpu": metrics.get("tokens_per_s_per_gpu"),
         "tokens_per_s_total": (metrics.get("tokens_per_s_per_gpu") or 0) * (metrics.get("world_size") or 0),
         "tflops_per_gpu": metrics.get("tflops_per_gpu"),
         "mfu": metrics.get("mfu"),
         "peak_mem_gib": metrics.get("peak_mem_gib"),
+        "checkpoint_stalls_s": metrics.get("checkpoint_stalls_s"),
         "transport": metrics.get("transport"),
         "sharding": metrics.get("sharding"),
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
-        "loss_history": metrics.get("loss_history"),
+        "loss_history": [{k: r.get(k) for k in ("step", "loss", "val_loss", "lr", "grad_norm")} for r in records],
     }
     from training.storage import write_text
 
     write_text(f"{run_uri(cfg)}/run_summary.json", json.dumps(summary, indent=1))
     return summary
+
+
+def real_datasets(cfg: TrainConfig) -> dict:
+    """Ray Datasets of packed blocks for "train" and, where asked, "validation"; none for synthetic data."""
+    if cfg.data in SYNTHETIC_DATA:
+        return {}
+    from training.data import DataFormat, packed_dataset
+
+    fmt = DataFormat(text_field=cfg.text_field, messages_field=cfg.messages_field,
+                     prompt_fields=tuple(cfg.prompt_field.split(",")) if cfg.prompt_field else (),
+                     response_field=cfg.response_field, assistant_only_loss=cfg.assistant_only_loss)
+    common = {"tokenizer_path": cfg.model, "seq_len": cfg.seq_len, "fmt": fmt, "cache_dir": cfg.cache_dir,
+              "revision": cfg.model_revision}
+    datasets = {"train": packed_dataset(cfg.data, part="train", val_fraction=cfg.val_fraction, **common)}
+    if cfg.val_data is not None:
+        datasets["validation"] = packed_dataset(cfg.val_data, **common)
+    elif cfg.val_fraction > 0:
+        datasets["validation"] = packed_dataset(cfg.data, part="validation", val_fraction=cfg.val_fraction, **common)
+    return datasets
 
 
 def main(argv: list[str] | None = None) -> int:

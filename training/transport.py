@@ -63,8 +63,8 @@ def _net_kind(text: str) -> str:
 
 def _channel_kind(via: str) -> tuple[bool, str]:
     """(is_network, kind) of a channel's transport such as P2P/CUMEM or NET/Socket/0."""
-    if via.upper().startswith(("NET/", "COLLNET")):
-        return True, _net_kind(via[4:])
+    if via.upper().startswith(("NET/", "COLLNET/")):
+        return True, _net_kind(via.split("/", 1)[1])
     return False, via.split("/")[0].upper()
 
 

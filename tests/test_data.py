@@ -1,0 +1,204 @@
+"""Real data: chat and instruction records to learned tokens, packing with document positions,
+the validation split, Hub dataset layouts, and documents kept apart by the attention mask."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import DATA
+from training.data import (DataError, DataFormat, document_targets, hub_data_files, in_validation, pack,
+                           record_messages, split_of, tokenize_and_pack, tokenize_records)
+from training.loss import IGNORE_INDEX
+from training.tiny_model import save_tiny_model
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What does NCCL do with gradients?"},
+        {"role": "assistant", "content": "NCCL reduces gradients across nodes."},
+        {"role": "user", "content": "And with shards?"}, {"role": "assistant", "content": "NCCL reduces shards over EFA."}]
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> str:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", DATA / "chat.jsonl")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_folder):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_folder)
+
+
+def learned_text(tokenizer, ids, learned) -> str:
+    return tokenizer.decode([t for t, keep in zip(ids, learned) if keep])
+
+
+def test_chat_learns_only_the_assistant_turns(tokenizer):
+    [(ids, learned, is_chat)] = tokenize_records([{"messages": CHAT}], tokenizer, DataFormat())
+    assert is_chat and ids[-1] == tokenizer.eos_token_id
+    assert learned_text(tokenizer, ids, learned) == (
+        "NCCL reduces gradients across nodes.<|im_end|>\nNCCL reduces shards over EFA.<|im_end|>\n<|endoftext|>")
+    assert sum(learned) < len(ids) / 2
+
+
+def test_chat_learns_every_token_when_asked(tokenizer):
+    [(ids, learned, _)] = tokenize_records([{"messages": CHAT}], tokenizer, DataFormat(assistant_only_loss=False))
+    assert all(learned)
+
+
+def test_plain_text_learns_every_token_and_ends_with_eos(tokenizer):
+    [(ids, learned, is_chat)] = tokenize_records([{"text": "NCCL reduces gradients"}], tokenizer, DataFormat())
+    assert not is_chat and all(learned)
+    assert tokenizer.decode(ids) == "NCCL reduces gradients<|endoftext|>"
+
+
+def test_a_chat_that_ends_with_the_user_learns_no_eos(tokenizer):
+    [(ids, learned, _)] = tokenize_records([{"messages": CHAT[:4]}], tokenizer, DataFormat())
+    assert learned[-1] is False and learned_text(tokenizer, ids, learned).endswith("nodes.<|im_end|>\n")
+
+
+def test_instruction_fields_map_to_a_user_turn_and_a_reply():
+    fmt = DataFormat(prompt_fields=("instruction", "input"), response_field="output")
+    record = {"instruction": "Summarise.", "input": "NCCL reduces.", "output": "Reduction."}
+    assert record_messages(record, fmt) == [{"role": "user", "content": "Summarise.\n\nNCCL reduces."},
+                                            {"role": "assistant", "content": "Reduction."}]
+    assert record_messages({**record, "input": ""}, fmt)[0]["content"] == "Summarise."
+
+
+def test_a_template_that_does_not_render_prefixes_is_refused(tokenizer):
+    import copy
+
+    odd = copy.deepcopy(tokenizer)
+    # Numbers each turn from the end: an earlier conversation is not a prefix of a longer one.
+    odd.chat_template = "{% for m in messages %}[{{ messages|length - loop.index }}] {{ m['content'] }} {% endfor %}"
+    with pytest.raises(DataError, match=r"--assistant-only-loss: .*--no-assistant-only-loss"):
+        tokenize_records([{"messages": CHAT}], odd, DataFormat())
+
+
+def test_a_record_without_the_fields_names_them(tokenizer):
+    with pytest.raises(DataError, match=r"--text-field: a record has neither 'body' nor 'messages' \(fields: content\)"):
+        tokenize_records([{"content": "x"}], tokenizer, DataFormat(text_field="body"))
+
+
+def test_targets_stay_inside_their_document():
+    assert document_targets([5, 6, 7, 8], [True, False, True, True]) == [IGNORE_INDEX, 7, 8, IGNORE_INDEX]
+
+
+def test_packing_best_fit_with_positions_per_document_and_padding():
+    docs = [([1, 2, 3, 4, 5], [True] * 5, False), ([6, 7, 8], [True] * 3, False), ([9, 10], [True] * 2, False),
+            ([11, 12, 13, 14, 15, 16, 17], [False, False, True, True, True, True, True], True)]
+    out = pack(docs, seq_len=8, pad_id=0)
+    assert out["input_ids"].tolist() == [[11, 12, 13, 14, 15, 16, 17, 0], [1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 0, 0, 0, 0, 0, 0]]
+    assert out["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 6, 0], [0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 0, 1, 2, 3, 4, 5]]
+    I = IGNORE_INDEX
+    assert out["labels"].tolist() == [[I, 13, 14, 15, 16, 17, I, I], [2, 3, 4, 5, I, 7, 8, I], [10, I, I, I, I, I, I, I]]
+
+
+def test_long_text_is_cut_into_blocks_and_a_long_chat_is_truncated():
+    text = (list(range(1, 20)), [True] * 19, False)
+    chat = (list(range(100, 120)), [True] * 20, True)
+    out = pack([text, chat], seq_len=8, pad_id=0)
+    rows = out["input_ids"].tolist()
+    assert [100, 101, 102, 103, 104, 105, 106, 107] in rows and not any(108 in r for r in rows)
+    assert sorted(t for r in rows for t in r if 0 < t < 100) == list(range(1, 20))
+    # A cut piece's last token still predicts the next piece's first: the same document.
+    assert out["labels"][rows.index(list(range(1, 9)))].tolist()[-1] == 9
+
+
+def test_the_validation_split_is_by_content_and_about_the_fraction():
+    docs = [list(range(i, i + 5)) for i in range(2000)]
+    held = [in_validation(d, 0.1) for d in docs]
+    assert 150 < sum(held) < 250
+    assert held == [in_validation(d, 0.1) for d in docs]
+    assert not any(in_validation(d, 0.0) for d in docs)
+
+
+def test_train_and_validation_sides_partition_the_documents(model_folder):
+    records = [json.loads(line) for line in (DATA / "chat.jsonl").read_text().splitlines()[:200]]
+    batch = {"messages": np.array([r["messages"] for r in records], dtype=object)}
+    common = {"tokenizer_path": model_folder, "seq_len": 64, "fmt": DataFormat(), "val_fraction": 0.2}
+    train = tokenize_and_pack(batch, part="train", **common)
+    validation = tokenize_and_pack(batch, part="validation", **common)
+    everything = tokenize_and_pack(batch, **{**common, "val_fraction": 0.0})
+    learned = {k: int((v["labels"] != IGNORE_INDEX).sum()) for k, v in
+               {"train": train, "validation": validation, "all": everything}.items()}
+    assert learned["train"] + learned["validation"] == learned["all"]
+    assert 0.1 < learned["validation"] / learned["all"] < 0.3
+
+
+@pytest.mark.parametrize("files,split,expected", [
+    (["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet", "data/test-00000-of-00001.parquet"],
+     "train", ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]),
+    (["train/a.jsonl", "dev/b.jsonl"], "validation", ["dev/b.jsonl"]),
+    (["sft.parquet", "README.md"], "train", ["sft.parquet"]),
+    (["data/val.jsonl", "data/training.jsonl", ".gitattributes"], "train", ["data/training.jsonl"]),
+])
+def test_hub_split_files_by_name(files, split, expected):
+    assert hub_data_files(files, None, split) == expected
+
+
+def test_hub_split_files_from_the_dataset_card():
+    card = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train_sft\n    path: data/train_sft-*\n" \
+           "  - split: test_sft\n    path: data/test_sft-*\n---\n# A dataset\n"
+    files = ["data/train_sft-00000-of-00001.parquet", "data/test_sft-00000-of-00001.parquet"]
+    assert hub_data_files(files, card, "test_sft") == ["data/test_sft-00000-of-00001.parquet"]
+    with pytest.raises(DataError, match=r"--data: no 'train' split in this dataset \(found: see its dataset card\)"):
+        hub_data_files(files, card, "train")
+
+
+def test_a_missing_hub_split_lists_the_ones_there():
+    with pytest.raises(DataError, match=r"no 'validation' split in this dataset \(found: \['test', 'train'\]\)"):
+        hub_data_files(["data/train-0.parquet", "data/test-0.parquet"], None, "validation")
+    assert split_of("data/validation-00000-of-00001.parquet") == "validation"
+
+
+def test_packed_documents_do_not_attend_to_each_other(model_folder):
+    """The second document's hidden states are the same packed behind another as alone, and
+    differ when the positions run on (plain causal attention): the mask comes from the positions."""
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(model_folder).eval()
+    first, second = torch.arange(10, 16), torch.arange(30, 39)
+    packed = torch.cat([first, second])[None]
+    positions = torch.cat([torch.arange(6), torch.arange(9)])[None]
+    with torch.no_grad():
+        alone = lm.model(input_ids=second[None], use_cache=False).last_hidden_state[0]
+        masked = lm.model(input_ids=packed, position_ids=positions, use_cache=False).last_hidden_state[0, 6:]
+        leaking = lm.model(input_ids=packed, use_cache=False).last_hidden_state[0, 6:]
+    torch.testing.assert_close(masked, alone, rtol=1e-5, atol=1e-5)
+    assert (leaking - alone).abs().max() > 1e-3
+
+
+def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model_folder):
+    from transformers import AutoModelForCausalLM
+
+    from training.model import CausalLMWithLoss
+
+    model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)
+    docs = [([11, 12, 13, 14, 15], [True] * 5, False), ([30, 31, 32, 33, 34, 35, 36], [True] * 7, False)]
+    block = {k: torch.from_numpy(v) for k, v in pack(docs, seq_len=12, pad_id=0).items()}
+    with torch.no_grad():
+        packed = model(**block)
+        separate = sum(model(**{k: torch.from_numpy(v) for k, v in pack([d], seq_len=len(d[0]), pad_id=0).items()})
+                       for d in docs)
+        unmasked = model(block["input_ids"], block["labels"])
+    torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)
+    assert abs(unmasked - separate) > 1e-3
+
+
+def test_a_mixed_file_read_by_ray_data_has_null_or_nan_where_a_record_lacks_a_field(tokenizer):
+    docs = tokenize_records([{"text": "NCCL reduces", "messages": float("nan")},
+                             {"text": None, "messages": CHAT[1:3]}], tokenizer, DataFormat())
+    assert [is_chat for _, _, is_chat in docs] == [False, True]
+    with pytest.raises(DataError, match=r"a record has neither 'text' nor 'messages'"):
+        tokenize_records([{"text": float("nan"), "messages": None}], tokenizer, DataFormat())
+
+
+def test_messages_read_from_parquet_are_arrays(tokenizer):
+    """Ray Data hands a Parquet list column over as a numpy array of dicts."""
+    chat = np.array(CHAT[1:3], dtype=object)
+    [(ids, learned, is_chat)] = tokenize_records([{"messages": chat}], tokenizer, DataFormat())
+    assert is_chat and learned_text(tokenizer, ids, learned).startswith("NCCL reduces gradients across nodes.")

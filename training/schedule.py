@@ -1,0 +1,16 @@
+"""The learning-rate schedule: warmup, then cosine decay to a floor."""
+
+from __future__ import annotations
+
+import math
+
+
+def lr_at(step: int, peak: float, warmup: int, total: int, min_ratio: float) -> float:
+    """The learning rate of optimizer step `step` (0 .. total-1): linear warmup that reaches the peak
+    on step warmup-1, then cosine decay from the peak there (step 0 without warmup) to exactly
+    min_ratio * peak on the last step, total-1. The peak is used once."""
+    if warmup and step < warmup:
+        return peak * (step + 1) / warmup
+    start = warmup - 1 if warmup else 0
+    progress = (step - start) / max(1, total - 1 - start)
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
