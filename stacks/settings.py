@@ -10,6 +10,7 @@ and validation runs the trainer's own checks on them (one source of truth for wh
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import json
 import re
@@ -429,8 +430,10 @@ def _validate_region(region: str) -> None:
              f"region: {region!r} is not an AWS region (botocore knows e.g. us-east-1, us-east-2, eu-west-1)")
 
 
+@functools.lru_cache(maxsize=None)
 def region_partition(region: str) -> str | None:
-    """The partition (aws, aws-cn, aws-us-gov, ...) of a region botocore knows offline, or None."""
+    """The partition (aws, aws-cn, aws-us-gov, ...) of a region botocore knows offline, or None
+    (cached: each new botocore session reads its endpoint files again)."""
     import botocore.session
 
     session = botocore.session.get_session()

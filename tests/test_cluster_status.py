@@ -386,6 +386,8 @@ BILLING_NOTE = ("the nodes keep running after the job ends (activeDeadlineSecond
      "$0.20/h, EKS control plane, 1 NAT gateway(s): about $9.55/hour ($229/day)"),
     (["x9.huge"], 2, "still running and billed: 1 x x9.huge (price unknown), EKS control plane, 2 NAT gateway(s): about "
      "$0.19/hour plus the unknown types ($5/day)"),
+    (["m7i.xlarge", "a1.unknown"], 1, "still running and billed: 1 x a1.unknown (price unknown), 1 x m7i.xlarge $0.20/h, "
+     "EKS control plane, 1 NAT gateway(s): about $0.35/hour plus the unknown types ($8/day)"),
     ([], 1, "still running and billed: no nodes, EKS control plane, 1 NAT gateway(s): about $0.15/hour ($3/day)"),
 ])
 def test_what_still_bills_in_full(kinds, nats, first):
@@ -411,6 +413,8 @@ NAMED = {"metadata": {"name": "ft-1"}}
      ("Failed", "-", True, False, "RayJob ft-1: deployment Failed, job - (" + "y" * 200 + ")")),
     ({"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"},
      ("Complete", "SUCCEEDED", True, True, "RayJob ft-1: deployment Complete, job SUCCEEDED")),
+    ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED"},
+     ("Complete", "FAILED", True, False, "RayJob ft-1: deployment Complete, job FAILED; the Ray job ended FAILED")),
     ({"jobDeploymentStatus": "Suspended"}, ("Suspended", "-", True, False, "RayJob ft-1: deployment Suspended, job -; the "
                                             "RayJob is suspended (spec.suspend): nothing runs until it is resumed")),
 ])
@@ -442,3 +446,40 @@ def test_a_timed_out_watch_says_the_job_goes_on():
     assert cs.timed_out_line(job, cs.TrainerProgress(), 90) == (
         "STOPPED WATCHING after 90 s: RayJob ft-1: deployment Running, job -; the job goes on "
         "(make watch follows it again; make destroy stops it and the billing)")
+
+
+@pytest.mark.parametrize("value,count", [(None, 0), ("4", 4), (4, 4), ("4Gi", 0), ("", 0)])
+def test_quantity_counts_devices_and_nothing_else(value, count):
+    assert cs.quantity(value) == count
+
+
+def test_a_node_without_status_is_not_ready_and_has_nothing():
+    assert cs.node_report({"metadata": {"name": "n"}}, 4, 1) == cs.NodeReport("n", False, 0, 0, [
+        "not Ready (no Ready condition yet)",
+        "nvidia.com/gpu 0 of 4 allocatable: the NVIDIA device plugin has no pod on this node (taint toleration, "
+        "node selector or allowlist?)",
+        "vpc.amazonaws.com/efa 0 of 1 allocatable: the EFA device plugin has no pod on this node (taint toleration, "
+        "node selector or allowlist?)"])
+
+
+def test_error_lines_lose_colour_codes_and_trailing_blanks():
+    assert cs.trainer_progress(["RuntimeError: \x1b[31mboom\x1b[0m   "]).errors == ["RuntimeError: boom"]
+
+
+STEP_RECORD = {"time": "2026-11-30T10:00:00Z", "step": 7, "steps": 10, "loss": 2.0, "tokens_per_s_per_gpu": 100.0,
+               "mfu": None, "step_time_s": 0.5}
+LAST_STEP = "step 7/10 at 2026-11-30T10:00:00Z: loss 2.0000, 100 tokens/s per GPU, 500 ms/step"
+
+
+def test_a_timed_out_watch_says_where_the_trainer_was():
+    job = cs.rayjob_report(NAMED | {"status": {"jobDeploymentStatus": "Running"}})
+    assert cs.timed_out_line(job, cs.TrainerProgress(record=STEP_RECORD), 90) == (
+        f"STOPPED WATCHING after 90 s: RayJob ft-1: deployment Running, job -, at {LAST_STEP}; the job goes on "
+        "(make watch follows it again; make destroy stops it and the billing)")
+
+
+def test_a_summary_without_throughput_gives_the_last_step():
+    job = cs.rayjob_report(NAMED | {"status": {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"}})
+    assert cs.final_summary(job, cs.TrainerProgress(record=STEP_RECORD), None) == [
+        "FAILED: RayJob ft-1: deployment Failed, job FAILED", "transport: no NCCL transport line in the log",
+        f"last step: {LAST_STEP}"]

@@ -46,6 +46,7 @@ def test_throughput_stats_over_unlogged_steps(monkeypatch):
     stats = t.stats(step=10, steps=20, loss=1.0, lr=1e-4, grad_norm=1.0, peak_mem=0.0)
     assert stats.tokens_per_s_per_gpu == 1000 and stats.step_time_s == 1.0
     assert stats.mfu == pytest.approx(1.0) and stats.eta_s == 10
+    assert (stats.step, stats.steps, stats.peak_mem_gib) == (10, 20, 0.0)
     assert "tok/s/gpu" in stats.line() and "eta 0m10s" in stats.line()
 
 
@@ -70,6 +71,14 @@ def test_without_warmup_the_first_step_is_the_peak_and_the_last_the_floor():
 
 def test_warmup_longer_than_the_run_only_warms_up():
     assert schedule(5, warmup=10) == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+
+
+def test_a_two_step_run_goes_from_the_peak_to_the_floor():
+    assert schedule(2, warmup=0) == pytest.approx([1.0, 0.1])
+
+
+def test_past_the_last_step_the_floor_holds():
+    assert lr_at(150, 1.0, 10, 100, 0.1) == pytest.approx(0.1)
 
 
 def test_a_one_step_run_uses_the_peak():
@@ -101,7 +110,8 @@ def test_pattern_data_is_an_arithmetic_progression():
     assert torch.equal(batch["labels"][0, :-1], batch["input_ids"][0, 1:])  # labels: the next token
 
 
-@pytest.mark.parametrize("seconds,text", [(-5, "0m00s"), (0, "0m00s"), (59.9, "0m59s"), (61, "1m01s"), (3599, "59m59s"),
+@pytest.mark.parametrize("seconds,text", [(-5, "0m00s"), (0, "0m00s"), (59.9, "0m59s"), (61, "1m01s"), (3540, "59m00s"),
+                                          (3599, "59m59s"), (7140, "1h59m00s"),
                                           (3600, "1h00m00s"), (3661, "1h01m01s"), (90061, "25h01m01s")])
 def test_durations(seconds, text):
     from training.metrics import _duration
@@ -177,3 +187,51 @@ def test_device_names_match_the_longest_model_name(name, gpu):
 
     found = gpu_for_device_name(name)
     assert (found.name if found else None) == gpu
+
+
+def test_throughput_after_a_reset_measures_from_the_reset(monkeypatch):
+    clock = iter([0.0, 50.0, 52.0])
+    monkeypatch.setattr("training.metrics.time.perf_counter", lambda: next(clock))
+    t = Throughput(tokens_per_step_per_gpu=1000, flops_per_tok=1e9, peak_tflops=None)
+    t.reset(8)  # a checkpoint or an evaluation ended at 50 s, after step 8
+    assert t.stats(step=10, steps=20, loss=1.0, lr=1e-4, grad_norm=1.0, peak_mem=2.5).step_time_s == pytest.approx(1.0)
+
+
+def test_peak_memory_is_the_cuda_allocators_high_water_mark_in_gib(monkeypatch):
+    from training.metrics import peak_memory_gib
+
+    seen = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: seen.append(device) or 3 * 2**30)
+    assert peak_memory_gib(torch.device("cuda", 1)) == 3.0 and seen == [torch.device("cuda", 1)]
+    assert peak_memory_gib(torch.device("cpu")) == 0.0
+
+
+def test_utc_timestamps_whatever_the_local_zone(monkeypatch):
+    import datetime
+    import time
+
+    from training.metrics import utc_now
+
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    time.tzset()
+    try:
+        before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0, tzinfo=None)
+        stamp = datetime.datetime.strptime(utc_now(), "%Y-%m-%dT%H:%M:%SZ")
+        assert datetime.timedelta(0) <= stamp - before <= datetime.timedelta(seconds=2)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_flops_use_the_configs_head_dim_and_leave_an_untied_embedding_out():
+    from types import SimpleNamespace
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = SimpleNamespace(head_dim=32, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+                                          tie_word_embeddings=False)
+            self.embed_tokens = torch.nn.Embedding(100, 64)
+            self.lm_head = torch.nn.Linear(64, 100, bias=False)
+
+    assert model_flops_per_token(Model(), 512) == 6 * 6400 + 12 * 2 * 4 * 32 * 512

@@ -319,10 +319,11 @@ def test_every_refused_call_is_a_fail_under_its_checks_name(monkeypatch):
 
 def test_whole_preflight_exits_one_on_a_short_quota(aws, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    aws[G_QUOTA] = 48.0
+    aws[G_QUOTA], aws[STANDARD_QUOTA] = 48.0, 2.0
     assert preflight.main([]) == 1
     out = capsys.readouterr().out
-    assert "FAIL  vCPU quota (GPU nodes)" in out and "--desired-value 96" in out
+    assert "FAIL  vCPU quota (GPU nodes)" in out and "--quota-code L-DB2E81BA --desired-value 96 --region us-east-2" in out
+    assert "FAIL  vCPU quota (system nodes)" in out and "--quota-code L-1216C47A --desired-value 4 --region us-east-2" in out
 
 
 def test_no_credentials_is_one_line_and_exit_two(monkeypatch, tmp_path, capsys):
@@ -379,3 +380,139 @@ def test_a_cdk_json_that_cannot_be_read_is_one_line(tmp_path, capsys, content, m
     assert preflight.main(["--cdk-json", str(target)]) == 2
     err = capsys.readouterr().err.strip()
     assert re.match(message, err) and "\n" not in err
+
+
+def test_table_shows_the_fix_under_a_failing_check_only():
+    table = preflight.format_table([Check("region", PASS, "us-east-2 is enabled", "never shown"),
+                                    Check("offered in AZ", FAIL, "not offered", "choose another AZ")])
+    assert table.splitlines() == ["PASS  region         us-east-2 is enabled",
+                                  "FAIL  offered in AZ  not offered",
+                                  "                     fix: choose another AZ"]
+
+
+def test_region_listing_includes_regions_not_opted_into_and_defaults_to_enabled():
+    # Only AllRegions=True lists the regions an account has not opted into; older partitions omit OptInStatus.
+    client = stubbed_ec2("describe_regions", {"Regions": [{"RegionName": "us-east-2"}]}, {"AllRegions": True})
+    assert preflight.check_region(client, "us-east-2") == Check("region", PASS, "us-east-2 is enabled (opt-in-not-required)")
+
+
+def test_unknown_region_lists_six_known_regions():
+    regions = [{"RegionName": name, "OptInStatus": "opt-in-not-required"}
+               for name in ("us-west-2", "us-west-1", "us-east-1", "eu-west-1", "eu-central-1", "ap-south-1", "sa-east-1")]
+    check = preflight.check_region(stubbed_ec2("describe_regions", {"Regions": regions}), "us-east-9")
+    assert check.fix == "set -c region=<one of: ap-south-1, eu-central-1, eu-west-1, sa-east-1, us-east-1, us-west-1, ...>"
+
+
+@pytest.mark.parametrize("entry,verdict,reason", [
+    ({"clusterVersion": "1.36", "status": "UNSUPPORTED"}, FAIL, "Kubernetes 1.36 is UNSUPPORTED on EKS"),  # the older field
+    ({"clusterVersion": "1.36"}, PASS, "EKS creates Kubernetes 1.36 (available)"),
+])
+def test_kubernetes_version_status_falls_back_to_the_older_field_then_available(entry, verdict, reason):
+    check = preflight.check_kubernetes_version(stubbed_eks({"clusterVersions": [entry]}), "1.36")
+    assert (check.verdict, check.reason) == (verdict, reason)
+
+
+def test_no_credentials_message_in_full(monkeypatch, capsys):
+    from botocore.exceptions import NoCredentialsError
+
+    class Anonymous:
+        def client(self, service, region_name=None):
+            raise NoCredentialsError()
+
+    monkeypatch.setattr(boto3, "Session", Anonymous)
+    monkeypatch.chdir(ROOT)
+    assert preflight.main([]) == 2
+    assert capsys.readouterr().err == ("error: no AWS credentials found (boto3 looked in the environment, ~/.aws and the "
+                                       "instance role); run `aws configure` or `aws sso login` first\n")
+
+
+def test_refused_credentials_are_one_line_and_sts_is_asked_in_the_stacks_region(monkeypatch, capsys):
+    from botocore.exceptions import ClientError
+
+    asked = []
+
+    class Refused:
+        def client(self, service, region_name=None):
+            asked.append((service, region_name))
+            return self
+
+        def get_caller_identity(self):
+            raise ClientError({"Error": {"Code": "InvalidClientTokenId", "Message": "The token is invalid.\nsecond line"}},
+                              "GetCallerIdentity")
+
+    monkeypatch.setattr(boto3, "Session", Refused)
+    monkeypatch.chdir(ROOT)
+    assert preflight.main([]) == 2
+    assert capsys.readouterr().err == ("error: AWS credentials were refused: An error occurred (InvalidClientTokenId) when "
+                                       "calling the GetCallerIdentity operation: The token is invalid.\n")
+    assert asked == [("sts", "us-east-2")]
+
+
+def test_the_cli_names_itself(capsys):
+    with pytest.raises(SystemExit):
+        preflight.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m tools.preflight ")
+
+
+@pytest.mark.parametrize("network", [
+    None,  # no NetworkInfo at all
+    {"EfaSupported": False, "EfaInfo": {"MaximumEfaInterfaces": 1}},  # an interface count without support counts for nothing
+    {"EfaSupported": True},  # support without a count
+])
+def test_types_without_usable_efa_fail(network):
+    info = {"InstanceType": "g6.12xlarge", **({"NetworkInfo": network} if network is not None else {})}
+    check = preflight.check_efa(stubbed_ec2("describe_instance_types", {"InstanceTypes": [info]}), "g6.12xlarge")
+    assert check == Check("EFA support", FAIL, "g6.12xlarge does not support EFA",
+                          "-c gpu_instance_type=<an EFA type: g6.12xlarge, p5.48xlarge, ...>")
+
+
+def test_an_efa_type_missing_from_the_table_passes_on_what_ec2_says():
+    info = {"InstanceType": "c5n.18xlarge", "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 1}}}
+    check = preflight.check_efa(stubbed_ec2("describe_instance_types", {"InstanceTypes": [info]}), "c5n.18xlarge")
+    assert check == Check("EFA support", PASS, "c5n.18xlarge supports EFA with 1 interface(s), a type the project's table does not list")
+
+
+def test_instances_in_use_count_pending_and_running_ones():
+    client = stubbed_ec2("describe_instances", {"Reservations": []},
+                         {"Filters": [{"Name": "instance-state-name", "Values": ["pending", "running"]}]})
+    assert preflight._vcpus_in_use(client, "G") == 0
+
+
+class Unreachable:
+    """An EC2 client whose endpoint cannot be reached: botocore errors without an AWS response."""
+
+    def describe_capacity_reservations(self, **_):
+        from botocore.exceptions import EndpointConnectionError
+
+        raise EndpointConnectionError(endpoint_url="https://ec2.us-east-2.amazonaws.com")
+
+
+def test_a_reservation_behind_an_unreachable_endpoint_names_the_error():
+    [check] = preflight.check_capacity_reservation(Unreachable(), settings("capacity_reservation_id=cr-0123456789abcdef0"))
+    assert check == Check("capacity reservation", FAIL, "cr-0123456789abcdef0 cannot be read: EndpointConnectionError",
+                          "check the id and region, or set -c capacity_reservation_id=null")
+
+
+def test_a_reservation_without_an_available_count_has_none_available():
+    response = reservation()
+    del response["CapacityReservations"][0]["AvailableInstanceCount"]
+    [check] = preflight.check_capacity_reservation(stubbed_reservation(response), settings("capacity_reservation_id=cr-0123456789abcdef0"))
+    assert check.reason == "cr-0123456789abcdef0: 0 instance(s) available, 2 needed"
+
+
+def test_a_check_that_fails_before_reaching_aws_is_a_fail_naming_the_error():
+    from botocore.exceptions import NoRegionError
+
+    def check():
+        raise NoRegionError()
+
+    assert preflight._guarded("region", check) == [Check("region", FAIL, "could not check: an AWS call failed with NoRegionError", REFUSED)]
+
+
+def test_a_quota_never_changed_is_the_aws_default():
+    client = boto3.client("service-quotas", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_client_error("get_service_quota", service_error_code="NoSuchResourceException")
+    stub.add_response("get_aws_default_service_quota", {"Quota": {"Value": 64.0}}, {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"})
+    stub.activate()
+    assert preflight._quota_value(client, "L-DB2E81BA") == 64

@@ -232,3 +232,27 @@ def test_the_default_deployments_objects_pass_the_rules_they_are_held_to():
     worker = worker_of(workload["RayCluster"])
     assert worker["replicas"] == 2 and worker["rayStartParams"] == {"num-gpus": "4"}
     assert "--workers=8" in workload["RayJob"]["spec"]["entrypoint"]
+
+
+def test_imports_of_the_trainer_package_in_every_form():
+    source = ("from training import a\nfrom training.b.c import d\nimport training.e\nimport os\nfrom . import rel\n"
+              "def f():\n    from training import g\n")
+    assert rm._imported_trainer_modules(source) == {"a", "b", "e", "g"}
+
+
+def test_trainer_files_follow_imports_through_cycles_and_past_missing_modules(tmp_path):
+    package = tmp_path / "training"
+    package.mkdir()
+    sources = {
+        "__init__.py": "# the package\n",
+        "train.py": "from training import data, step\nimport training.model\n",
+        "step.py": "from training import train\nfrom training import missing\n",  # a cycle, and a module that is not there
+        "data.py": "from training.schedule import lr_at\n",
+        "model.py": "x = 1\n",
+        "schedule.py": "def lr_at(): ...\n",
+        "bench.py": "from training import train\n",  # imports the trainer, but nothing imports it
+    }
+    for name, text in sources.items():
+        (package / name).write_text(text)
+    assert rm.trainer_files(package, "train.py") == {
+        f"training/{name}": sources[name] for name in ("__init__.py", "data.py", "model.py", "schedule.py", "step.py", "train.py")}

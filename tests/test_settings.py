@@ -11,8 +11,8 @@ import pytest
 
 from aws_cdk.assertions import Template
 
-from stacks.settings import (Settings, SettingsError, access_entry_principal, image_is_pinned, settings_from_context,
-                             settings_from_files, trainer_options)
+from stacks.settings import (Settings, SettingsError, access_entry_principal, image_is_pinned, is_hub_model,
+                             settings_from_context, settings_from_files, trainer_options)
 from tests.conftest import ROOT, base_context
 
 
@@ -92,8 +92,11 @@ BAD_SETTINGS = [
     ({"gpu_node_count": 2.5}, r"gpu_node_count: expected an integer, got 2.5"),
     ({"gpu_node_count": True}, r"gpu_node_count: expected an integer, got True"),
     ({"system_node_count": 0}, r"system_node_count: 0 must be between 1 and 10"),
+    ({"system_node_count": 11}, r"system_node_count: 11 must be between 1 and 10"),
     ({"system_node_disk_gib": 20}, r"system_node_disk_gib: 20 must be between 50 and 16384"),
+    ({"system_node_disk_gib": 16385}, r"system_node_disk_gib: 16385 must be between 50 and 16384"),
     ({"gpu_node_disk_gib": 20}, r"gpu_node_disk_gib: 20 must be between 100 and 16384"),
+    ({"gpu_node_disk_gib": 16385}, r"gpu_node_disk_gib: 16385 must be between 100 and 16384"),
     ({"gpu_node_taint": "sometimes"}, r"gpu_node_taint: expected true or false"),
     ({"capacity_reservation_id": "cr-123"}, r"capacity_reservation_id: 'cr-123' must look like cr-0123456789abcdef0"),
     ({"placement_group": "maybe"}, r"placement_group: 'maybe' must be one of auto, on, off"),
@@ -145,6 +148,11 @@ BAD_SETTINGS = [
     ({"training.data": "/data/`id`.jsonl"}, r"training.data: .* \(no spaces or shell characters\)"),
     ({"training.data": ""}, r"training.data: '' may hold only"),
     ({"training.require_efa": "maybe"}, r"training.require_efa: expected true or false"),
+    ({"training.sharding": "ring"}, r"^training.sharding: 'ring' must be one of auto, full, hybrid$"),
+    ({"training.reduce_dtype": "fp8"}, r"^training.reduce_dtype: 'fp8' must be one of fp32, bf16$"),
+    ({"training.model_revision": "bad rev"}, r"^training.model_revision: 'bad rev' must be a commit hash, branch or tag"),
+    ({"availability_zones": ["us-east-2a", 1]}, r"^availability_zones: expected a list of strings, got \['us-east-2a', 1\]$"),
+    ({"training": "[1]"}, r"^training: expected an object, got \[1\]$"),
 ]
 @pytest.mark.parametrize("overrides,message", BAD_SETTINGS, ids=[next(iter(o)) + "-" + str(i) for i, (o, _) in enumerate(BAD_SETTINGS)])
 def test_bad_setting_is_refused_with_one_line(overrides, message):
@@ -170,6 +178,41 @@ def test_assumed_role_session_becomes_its_role(arn, converted):
 @pytest.mark.parametrize("arn", ["arn:aws:iam::123456789012:role/platform/admin", "arn:aws:iam::123456789012:user/alice"])
 def test_iam_role_and_user_arns_pass_unchanged(arn):
     assert access_entry_principal(arn) == (arn, None)
+
+
+@pytest.mark.parametrize("arn", ["arn:aws:iam::123456789012:role//admin", "arn:aws:iam::123456789012:role/admin/"])
+def test_role_arn_with_an_empty_path_segment_is_refused(arn):
+    with pytest.raises(SettingsError) as error:
+        access_entry_principal(arn)
+    assert str(error.value) == (f"admin_principal_arn: {arn!r} must be an IAM role or user ARN "
+                                "(arn:aws:iam::<account>:role/<name>) or an STS assumed-role ARN")
+
+
+@pytest.mark.parametrize("arn,kind", [
+    ("arn:aws:sts::123456789012:assumed-role/Admin", "assumed-role"),  # the role of a session, without the session
+    ("arn:aws:iam::123456789012:instance-profile/gpu", "instance-profile"),
+    ("arn:aws:iam::123456789012:policy/admin", "policy"),
+])
+def test_arns_that_access_entries_do_not_take_are_named(arn, kind):
+    with pytest.raises(SettingsError) as error:
+        access_entry_principal(arn)
+    assert str(error.value) == (f"admin_principal_arn: {arn!r} is a {kind}, which EKS access entries do not take; "
+                                "give an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)")
+
+
+@pytest.mark.parametrize("model,hub", [
+    ("Qwen/Qwen2.5-1.5B", True),
+    ("qwen2.5-1.5b", False),  # a built-in config
+    ("tiny", False),
+    ("s3://bucket/models/m", False),
+    ("/models/m", False),
+    ("./models/m", False),
+    ("~/models/m", False),
+    ("models/org/m", False),  # two slashes: a relative path, not org/name
+    ("m", False),
+])
+def test_is_hub_model(model, hub):
+    assert is_hub_model(model) is hub
 
 
 def test_converted_admin_arn_reaches_the_access_entry_with_a_warning():
@@ -239,6 +282,8 @@ def test_bad_setting_from_cdk_cli_prints_one_line_and_no_traceback(tmp_path):
     ("rayproject/ray:2.58.0-py311-gpu", True),
     ("registry.example.com:5000/team/ray@sha256:" + "a" * 64, True),
     ("rayproject/ray:latest", False),
+    ("ray:2.58.0", True),  # Docker Hub's library images have no repository path
+    ("localhost:5000/ray-2.58.0:latest", False),  # a version in the repository name pins nothing
 ])
 def test_image_is_pinned(image, pinned):
     assert image_is_pinned(image) is pinned
@@ -251,6 +296,7 @@ EDGES_ACCEPTED = [
     {"system_node_count": 1}, {"system_node_count": 10}, {"system_node_disk_gib": 50}, {"system_node_disk_gib": 16384},
     {"gpu_node_count": 1}, {"gpu_node_count": 64}, {"gpu_node_disk_gib": 100}, {"gpu_node_disk_gib": 16384},
     {"vpc_cidr": "10.0.0.0/16"}, {"vpc_cidr": "10.0.0.0/20"},
+    {"endpoint_public_cidrs": ["0.0.0.0/0", "203.0.113.7/32"]}, {"account": "123456789012"},
     {"tags": {f"k{i}": "v" for i in range(50)}}, {"tags": {"k" * 128: "v" * 256}}, {"tags": {"k": ""}},
     {"training.active_deadline_seconds": 60}, {"training.active_deadline_seconds": 7 * 24 * 3600},
     {"training.max_failures": 0}, {"training.max_failures": 100},
@@ -314,3 +360,79 @@ def test_setting_of_option(option, setting):
     from stacks.settings import _setting_of_option
 
     assert _setting_of_option(option) == setting
+
+
+def test_tools_read_the_cdk_json_of_the_folder_they_run_in(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert settings_from_files() == settings_from_files(ROOT / "cdk.json")
+
+
+def test_the_context_of_a_cdk_json_is_what_the_settings_are_made_of(tmp_path):
+    document = json.loads((ROOT / "cdk.json").read_text())
+    document["context"]["gpu_node_count"] = 3
+    (tmp_path / "cdk.json").write_text(json.dumps(document))
+    assert settings_from_files(tmp_path / "cdk.json").gpu_node_count == 3
+
+
+KNOWN_SETTINGS = ("account, admin_principal_arn, availability_zones, capacity_reservation_id, endpoint_access, "
+                  "endpoint_public_cidrs, gpu_availability_zone, gpu_instance_type, gpu_node_count, gpu_node_disk_gib, "
+                  "gpu_node_taint, kubernetes_version, log_retention_days, nat_gateways, placement_group, region, "
+                  "stack_name, system_instance_type, system_node_count, system_node_disk_gib, tags, training, vpc_cidr")
+REFUSED_IN_FULL = [
+    ({"gpu_instance_type": "m7i.xlarge"}, "gpu_instance_type: m7i.xlarge has no GPU; known EFA GPU types: g5.48xlarge, "
+     "g6.12xlarge, g6.48xlarge, g6e.12xlarge, p4d.24xlarge, p5.48xlarge"),
+    ({"system_instance_type": "g6.12xlarge"}, "system_instance_type: 'g6.12xlarge' must be a CPU type from the instance "
+     "table: m6i.xlarge, m7i.2xlarge, m7i.xlarge"),
+    ({"tags": {"": "x"}}, "tags: '' must be 1-128 characters with a value of at most 256"),
+    ({"vpc_cidr": "127.0.0.0/16"}, "vpc_cidr: '127.0.0.0/16' overlaps a range AWS refuses for VPCs (0/8, 127/8, "
+     "169.254/16, 224/4, 240/4); use a private range such as 10.0.0.0/16"),
+    ({"no_such": 1}, f"no_such: unknown setting; known settings: {KNOWN_SETTINGS}"),
+    ({"admin_principal_arn": "arn:aws-cn:iam::123456789012:role/x"},
+     "admin_principal_arn: 'arn:aws-cn:iam::123456789012:role/x' is in partition aws-cn, region us-east-2 in aws"),
+    ({"stack_name": "A" * 101}, f"stack_name: {'A' * 101!r} must start with a letter and hold only letters, digits and "
+     "'-', at most 100 characters (it also names the EKS cluster)"),
+    ({"capacity_reservation_id": "cr-0123456789abcdef0", "placement_group": "on"},
+     "placement_group: on with capacity_reservation_id cannot launch: the stack makes a new cluster placement group and "
+     "a reservation launches only into the group it was created in; use auto or off"),
+    ({"endpoint_access": "private", "endpoint_public_cidrs": ["203.0.113.0/24"]},
+     "endpoint_public_cidrs: a private endpoint has no public CIDRs (unset it, or set endpoint_access=public_and_private)"),
+    ({"endpoint_public_cidrs": []}, "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set "
+     "endpoint_access=private)"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED_IN_FULL, ids=[next(iter(o)) for o, _ in REFUSED_IN_FULL])
+def test_refusals_in_full(overrides, message):
+    with pytest.raises(SettingsError) as error:
+        settings_from_context(base_context() | overrides)
+    assert str(error.value) == message
+
+
+def test_an_unknown_training_setting_lists_the_known_ones():
+    with pytest.raises(SettingsError) as error:
+        settings_from_context(base_context() | {"training.no_such": 1})
+    assert str(error.value).startswith("training.no_such: unknown setting; known: activation_checkpointing, "
+                                       "active_deadline_seconds, assistant_only_loss, async_checkpoint, ")
+
+
+@pytest.mark.parametrize("spelling", ["", "none", "None", "NULL", " null "])
+def test_null_spellings_unset_an_optional_setting(spelling):
+    assert settings_from_context(base_context() | {"capacity_reservation_id": spelling}).capacity_reservation_id is None
+
+
+@pytest.mark.parametrize("spelling,value", [("true", True), ("TRUE", True), ("1", True), ("yes", True), ("YES", True),
+                                            ("false", False), ("0", False), ("no", False), ("NO", False)])
+def test_boolean_spellings(spelling, value):
+    assert settings_from_context(base_context() | {"training.require_efa": spelling}).training.require_efa is value
+
+
+def test_a_list_setting_given_as_json_text():
+    s = settings_from_context(base_context() | {"availability_zones": '["us-east-2a", "us-east-2b"]'})
+    assert s.availability_zones == ("us-east-2a", "us-east-2b")
+
+
+@pytest.mark.parametrize("key", ["aws-cdk-lib.feature", "@aws-cdk/custom", "cdk-bootstrap-qualifier",
+                                 "acknowledged-issue-numbers", "@aws-cdk/core:newStyleStackSynthesis"])
+def test_keys_cdk_itself_keeps_in_the_context_are_left_alone_and_the_rest_still_read(key):
+    s = settings_from_context({key: "x"} | base_context() | {"gpu_node_count": 3})
+    assert s.gpu_node_count == 3

@@ -4,6 +4,7 @@ and `check_inputs` finds a missing model or data before Ray starts."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -72,9 +73,13 @@ REFUSED = [
     (["--response-field", "output"], r"--prompt-field and --response-field: give both"),
     (["--data", "/x/$(id).jsonl"], r"--data: .* may hold only letters, digits"),
     (["--text-field", "a.b"], r"--text-field: 'a.b' must be a field name"),
-    (["--cache-dir", "s3://bucket/cache"], r"--cache-dir: 's3://bucket/cache' must be a local path"),
+    (["--cache-dir", "s3://bucket/cache"], r"--cache-dir: 's3://bucket/cache' must be a local path$"),
     (["--inject-failure-at-step", "9", "--steps", "5"], r"--inject-failure-at-step: 9 must be between 1 and the number of steps \(5\)"),
     (["--no-such-option", "1"], r"unrecognized arguments: --no-such-option 1"),
+    # argparse's own errors, reworded to lead with the option
+    (["--steps", "ten"], r"^--steps: 'ten' is not an integer$"),
+    (["--lr", "fast"], r"^--lr: 'fast' is not a number$"),
+    (["--steps"], r"^--steps: expected one argument$"),
 ]
 
 
@@ -97,6 +102,50 @@ def test_refusal_is_one_line_naming_the_option(argv, message):
 ])
 def test_accepted(argv):
     parse_args(argv)
+
+
+@pytest.mark.parametrize("changes,message", [
+    # argparse offers no choices for these: the cluster's settings reach validate() directly
+    ({"sharding": "ring"}, r"^--sharding: 'ring' must be one of auto, full, hybrid$"),
+    ({"attention": "fast"}, r"^--attention: 'fast' must be one of auto, sdpa, flex$"),
+    ({"reduce_dtype": "fp8"}, r"^--reduce-dtype: 'fp8' must be one of fp32, bf16$"),
+])
+def test_values_outside_the_choices_are_refused(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(TrainConfig(**changes))
+
+
+# The ends of every range, and each spelling a path may take, are accepted: a guard tightened by one fails here.
+EDGES_ACCEPTED = [
+    {"steps": 1}, {"steps": MAX_STEPS, "checkpoint_every": 0}, {"model": "tiny", "seq_len": 8}, {"seq_len": 131072},
+    {"micro_batch": 4096}, {"grad_accum": 65536}, {"min_lr_ratio": 0.0}, {"min_lr_ratio": 1.0},
+    {"data": "hf:./data:train"}, {"data": "hf:../data"}, {"data": "hf:~/data"}, {"data": "/data/shards/"},
+    {"data": "s3://bucket/x://y.jsonl"}, {"model": "~/models/m"}, {"model": "file:///models/m"},
+]
+
+
+@pytest.mark.parametrize("changes", EDGES_ACCEPTED, ids=[str(i) for i in range(len(EDGES_ACCEPTED))])
+def test_the_ends_of_every_range_are_accepted(changes):
+    validate(TrainConfig(**({"model": "o/m"} | changes)))
+
+
+HUB_DATA = "must be hf:org/name[:split] or hf:/folder[:split] (a split is letters, digits, '_', '.', '-')"
+MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, tiny), a hub id org/name, a path (/..., ./...) or s3://bucket/prefix"
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"lr": 1.0}, "--lr: 1.0 must be in (0, 1)"),
+    ({"data": "hf:org/a..b"}, f"--data: 'hf:org/a..b' {HUB_DATA}"),
+    ({"data": "hf:org/name:bad split"}, f"--data: 'hf:org/name:bad split' {HUB_DATA}"),
+    ({"model": "org/a..b"}, f"--model: 'org/a..b' {MODEL_FORMS}"),
+    ({"model": "org--x/m"}, f"--model: 'org--x/m' {MODEL_FORMS}"),
+    ({"data": "s3://Bad_Bucket/x.jsonl"}, "--data: 's3://Bad_Bucket/x.jsonl' must be s3://bucket/prefix with a valid "
+     "bucket name (3-63 lower-case letters, digits, '.' or '-')"),
+])
+def test_refusals_in_full(changes, message):
+    with pytest.raises(ConfigError) as error:
+        validate(TrainConfig(**({"model": "o/m"} | changes)))
+    assert str(error.value) == message
 
 
 def test_cli_prints_one_line_without_traceback(capsys):
@@ -156,6 +205,53 @@ def test_s3_data_folder_and_missing_bucket(s3):
     check_inputs(validate(TrainConfig(model="o/m", data="s3://data-bucket/data/")))
     with pytest.raises(ConfigError, match=r"^--data: cannot read s3://no-bucket/x.jsonl: .*NoSuchBucket"):
         check_inputs(validate(TrainConfig(model="o/m", data="s3://no-bucket/x.jsonl")))
+
+
+@pytest.mark.parametrize("spelling", ["{tmp}/nope", "./nope", "../nope", "~/nope"])
+def test_missing_local_hub_layout_folder_is_refused(tmp_path, monkeypatch, spelling):
+    monkeypatch.chdir(tmp_path)
+    folder = spelling.format(tmp=tmp_path)
+    with pytest.raises(ConfigError, match=rf"^--data: '{re.escape(folder)}' does not exist on this machine$"):
+        check_inputs(validate(TrainConfig(model="o/m", data=f"hf:{folder}:train")))
+
+
+def test_hub_layout_folder_with_a_split_is_found(tmp_path):
+    check_inputs(validate(TrainConfig(model="o/m", data=f"hf:{tmp_path}:train", val_data=f"hf:{tmp_path}:validation")))
+
+
+def test_hub_id_is_left_to_the_download_and_the_validation_data_is_still_checked(tmp_path):
+    check_inputs(validate(TrainConfig(model="o/m", data="hf:org/name:train")))
+    with pytest.raises(ConfigError, match=rf"^--val-data: '{re.escape(str(tmp_path))}/val.jsonl' does not exist on this machine$"):
+        check_inputs(validate(TrainConfig(model="o/m", data="hf:org/name:train", val_data=f"{tmp_path}/val.jsonl")))
+
+
+def test_missing_relative_data_path_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^--data: 'data/train.jsonl' does not exist on this machine$"):
+        check_inputs(validate(TrainConfig(model="o/m", data="data/train.jsonl")))
+
+
+def test_file_uri_is_looked_up_as_a_local_path(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"text": "a"}\n')
+    check_inputs(validate(TrainConfig(model="o/m", data=f"file://{tmp_path}/train.jsonl")))
+    with pytest.raises(ConfigError, match=r"^--data: 'file://.*/missing.jsonl' does not exist on this machine$"):
+        check_inputs(validate(TrainConfig(model="o/m", data=f"file://{tmp_path}/missing.jsonl")))
+
+
+def test_local_model_exactly_as_long_as_seq_len_is_accepted(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
+    check_inputs(validate(TrainConfig(model=str(tmp_path), seq_len=1024)))
+
+
+def test_s3_model_prefix_with_a_trailing_slash_finds_its_config(s3):
+    s3.put_object(Bucket="data-bucket", Key="models/tinyX/config.json", Body=b"{}")
+    check_inputs(validate(TrainConfig(model="s3://data-bucket/models/tinyX/")))
+
+
+def test_validation_data_is_checked_after_s3_training_data(s3, tmp_path):
+    s3.put_object(Bucket="data-bucket", Key="data/train.jsonl", Body=b"{}")
+    with pytest.raises(ConfigError, match=r"^--val-data: '.*/val.jsonl' does not exist on this machine$"):
+        check_inputs(validate(TrainConfig(model="o/m", data="s3://data-bucket/data/train.jsonl", val_data=f"{tmp_path}/val.jsonl")))
 
 
 def test_present_inputs_pass(tmp_path):

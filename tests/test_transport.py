@@ -169,7 +169,7 @@ def test_network_names(text, kind):
 
 @pytest.mark.parametrize("via,reading", [
     ("NET/Socket/0", (True, "socket")), ("net/Libfabric/0", (True, "libfabric")), ("COLLNET/IB", (True, "ib")),
-    ("collnet/x", (True, "x")), ("P2P/CUMEM", (False, "P2P")), ("shm/direct", (False, "SHM")),
+    ("collnet/x", (True, "x")), ("NET/Foo/0", (True, "foo/0")), ("P2P/CUMEM", (False, "P2P")), ("shm/direct", (False, "SHM")),
 ])
 def test_channel_transports(via, reading):
     from training.transport import _channel_kind
@@ -226,13 +226,59 @@ def test_many_ranks_without_a_log_are_listed_to_eight():
     assert line.startswith("no NCCL log from 8 of 8 ranks (ranks 0, 1, 2, 3, 4, 5, 6, 7 on n0, n1)")
 
 
-def test_the_cli_help_says_what_it_does(capsys):
+def test_the_cli_help_says_what_it_does(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit):
         main(["--help"])
-    out = capsys.readouterr().out
-    assert out.startswith("usage: python -m training.transport [-h] [--require-efa] logs [logs ...]")
-    assert "exit 1 unless every multi-node communicator uses EFA" in out
-    assert "NCCL_DEBUG=INFO log files (NCCL_DEBUG_FILE output)" in out
-    from training import transport
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert lines == [
+        "usage: python -m training.transport [-h] [--require-efa] logs [logs ...]",
+        "What NCCL really used, read from NCCL_DEBUG=INFO logs, and whether that was EFA.",
+        "positional arguments:", "logs           NCCL_DEBUG=INFO log files (NCCL_DEBUG_FILE output)",
+        "options:", "-h, --help     show this help message and exit",
+        "--require-efa  exit 1 unless every multi-node communicator uses EFA"]
 
-    assert transport.__doc__.split("\n\n")[0] in " ".join(out.split())
+
+def test_the_cli_prints_the_verdict_then_the_communicators_as_indented_json(capsys):
+    assert main([str(NVLINK)]) == 0
+    out = capsys.readouterr().out
+    verdict = judge_files([NVLINK], require_efa=False)
+    assert out == (f"PASS: {verdict.line}\n"
+                   + json.dumps({"ok": True, "verdict": verdict.line, "communicators": verdict.communicators}, indent=1) + "\n")
+
+
+def test_two_communicators_in_one_log_are_kept_apart():
+    prefix = "n:1:1 [0] NCCL INFO "
+    log = (f"{prefix}comm 0xa rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+           f"{prefix}Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0\n"
+           f"{prefix}comm 0xb rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
+           f"{prefix}Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n")
+    first, second = parse_log(log)
+    assert (first.comm, first.nnodes, first.inter_node, first.intra_node, first.network, first.provider) == (
+        "0xa", 2, {"socket"}, set(), None, None)
+    assert (second.comm, second.nnodes, second.inter_node, second.intra_node) == ("0xb", 1, set(), {"P2P"})
+
+
+def test_verdict_lines_join_every_transport_they_name(tmp_path):
+    prefix = "n:1:1 [0] NCCL INFO "
+    intra = write(tmp_path, f"{prefix}comm 0x1 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0\n"
+                            f"{prefix}Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+                            f"{prefix}Channel 01/0 : 0[0] -> 2[2] via SHM/direct/direct\n")
+    assert judge_files([intra], require_efa=True).line == "single node: no inter-node traffic; intra-node P2P+SHM"
+    bad = write(tmp_path, f"{prefix}comm 0x2 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+                          f"{prefix}Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0\n"
+                          f"{prefix}comm 0x3 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n"
+                          f"{prefix}Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0\n")
+    assert judge_files([bad], require_efa=False).line == "inter-node traffic NOT on EFA: ib, socket in 2 of 2 multi-node communicators"
+
+
+def test_one_rank_verdict_keeps_its_communicator(tmp_path):
+    prefix = "n:1:1 [0] NCCL INFO "
+    one = judge_files([write(tmp_path, f"{prefix}comm 0x9 rank 0 nRanks 1 nNodes 1 localRanks 1 localRank 0 MNNVL 0\n")], True)
+    assert (one.ok, one.line, one.communicators) == (True, "one rank: no NCCL traffic", [
+        {"comm": "0x9", "nranks": 1, "nnodes": 1, "network": None, "provider": None, "intra_node": [], "inter_node": None}])
+
+
+def test_a_passing_decision_quotes_the_first_multi_node_rank():
+    reports = [RankReport(0, "a", "l0", True, True, "first"), RankReport(1, "b", "l1", True, True, "second")]
+    assert decide(reports, require_efa=True) == (True, "first")

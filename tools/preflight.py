@@ -92,7 +92,8 @@ def check_efa(ec2, instance_type: str) -> Check:
         return Check("EFA support", WARN,
                      f"EC2 says {instance_type} takes {interfaces} EFA interfaces, the project's table says {expected}",
                      "correct cdk_constructs/instance_types.py (the launch template uses the table)")
-    return Check("EFA support", PASS, f"{instance_type} supports EFA with {interfaces} interface(s), as the table says")
+    agreement = "as the table says" if expected is not None else "a type the project's table does not list"
+    return Check("EFA support", PASS, f"{instance_type} supports EFA with {interfaces} interface(s), {agreement}")
 
 
 def _vcpus_in_use(ec2, quota_class: str) -> int:

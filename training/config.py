@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -388,6 +389,7 @@ def _typed(base: type, name: str):
     return parse
 
 
+@functools.lru_cache(maxsize=1)
 def _field_docs() -> dict[str, str]:
     """Field docstrings (the string right after each field) become the --help text."""
     import ast

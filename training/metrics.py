@@ -19,16 +19,8 @@ def datasheet_peak_tflops(device_name: str) -> float | None:
 
 
 def count_params(model: torch.nn.Module, exclude_embedding: bool = False) -> int:
-    """Parameters (a tied embedding counted once); meta and sharded tensors count their full size."""
-    seen, total = set(), 0
-    for name, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        if exclude_embedding and "embed_tokens" in name:
-            continue
-        total += p.numel()
-    return total
+    """Parameters (named_parameters yields a tied embedding once); meta and sharded tensors count their full size."""
+    return sum(p.numel() for name, p in model.named_parameters() if not (exclude_embedding and "embed_tokens" in name))
 
 
 def flops_per_token(n_params: int, n_layers: int, n_heads: int, head_dim: int, seq_len: int) -> float:

@@ -56,7 +56,7 @@ def _net_kind(text: str) -> str:
         return "libfabric"
     if "socket" in lower:
         return "socket"
-    if "ib" in lower.split("/") or lower.startswith("ib"):
+    if lower.startswith("ib"):
         return "ib"
     return lower
 
