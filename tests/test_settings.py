@@ -210,6 +210,7 @@ def test_arns_that_access_entries_do_not_take_are_named(arn, kind):
     ("~/models/m", False),
     ("models/org/m", False),  # two slashes: a relative path, not org/name
     ("m", False),
+    ("/m", False), ("./m", False), ("~/m", False),  # one slash, still a path
 ])
 def test_is_hub_model(model, hub):
     assert is_hub_model(model) is hub
@@ -297,6 +298,7 @@ EDGES_ACCEPTED = [
     {"gpu_node_count": 1}, {"gpu_node_count": 64}, {"gpu_node_disk_gib": 100}, {"gpu_node_disk_gib": 16384},
     {"vpc_cidr": "10.0.0.0/16"}, {"vpc_cidr": "10.0.0.0/20"},
     {"endpoint_public_cidrs": ["0.0.0.0/0", "203.0.113.7/32"]}, {"account": "123456789012"},
+    {"admin_principal_arn": "arn:aws:iam::123456789012:role/Admin"},
     {"tags": {f"k{i}": "v" for i in range(50)}}, {"tags": {"k" * 128: "v" * 256}}, {"tags": {"k": ""}},
     {"training.active_deadline_seconds": 60}, {"training.active_deadline_seconds": 7 * 24 * 3600},
     {"training.max_failures": 0}, {"training.max_failures": 100},
@@ -384,6 +386,7 @@ REFUSED_IN_FULL = [
     ({"system_instance_type": "g6.12xlarge"}, "system_instance_type: 'g6.12xlarge' must be a CPU type from the instance "
      "table: m6i.xlarge, m7i.2xlarge, m7i.xlarge"),
     ({"tags": {"": "x"}}, "tags: '' must be 1-128 characters with a value of at most 256"),
+    ({"account": 123}, "account: expected a string, got 123"),
     ({"vpc_cidr": "127.0.0.0/16"}, "vpc_cidr: '127.0.0.0/16' overlaps a range AWS refuses for VPCs (0/8, 127/8, "
      "169.254/16, 224/4, 240/4); use a private range such as 10.0.0.0/16"),
     ({"no_such": 1}, f"no_such: unknown setting; known settings: {KNOWN_SETTINGS}"),

@@ -38,7 +38,7 @@ REFUSED = [
     (["--attention", "eager"], r"--attention: 'eager' must be one of auto, sdpa, flex"),
     (["--workers", "0"], r"--workers: 0 must be between 1 and 4096"),
     (["--log-every", "0"], r"--log-every: 0 must be between 1 and"),
-    (["--peak-tflops", "0"], r"--peak-tflops: 0.0 must be positive"),
+    (["--peak-tflops", "0"], r"--peak-tflops: 0.0 must be above 0 and below 100,000"),
     (["--run-name", "a b"], r"--run-name: 'a b' must start with a letter"),
     (["--run-name", ".."], r"--run-name: '..' must start with a letter"),
     (["--run-name", "run..x"], r"--run-name: 'run..x' .* \(no '..'\)"),
@@ -121,6 +121,12 @@ EDGES_ACCEPTED = [
     {"micro_batch": 4096}, {"grad_accum": 65536}, {"min_lr_ratio": 0.0}, {"min_lr_ratio": 1.0},
     {"data": "hf:./data:train"}, {"data": "hf:../data"}, {"data": "hf:~/data"}, {"data": "/data/shards/"},
     {"data": "s3://bucket/x://y.jsonl"}, {"model": "~/models/m"}, {"model": "file:///models/m"},
+    {"warmup_steps": 0}, {"warmup_steps": MAX_STEPS}, {"weight_decay": 0.0}, {"grad_clip": 0.0}, {"grad_clip": 0.5},
+    {"steps": 10, "checkpoint_every": 10}, {"max_failures": 1000}, {"loss_chunk_tokens": 1}, {"loss_chunk_tokens": 1 << 20},
+    {"workers": 1}, {"workers": 4096}, {"log_every": MAX_STEPS}, {"peak_tflops": 0.5},
+    {"val_fraction": 0.1, "eval_batches": 1}, {"val_fraction": 0.1, "eval_batches": 65536},
+    {"steps": 10, "inject_failure_at_step": 1}, {"steps": 10, "inject_failure_at_step": 10},
+    {"run_name": "Run-1"}, {"model_revision": "main"}, {"model_revision": "Main"},
 ]
 
 
@@ -135,6 +141,15 @@ MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, tiny), a hub id org/name, a path
 
 @pytest.mark.parametrize("changes,message", [
     ({"lr": 1.0}, "--lr: 1.0 must be in (0, 1)"),
+    ({"weight_decay": 1.0}, "--weight-decay: 1.0 must be in [0, 1)"),
+    ({"max_failures": 1001}, "--max-failures: 1001 must be -1 (unlimited) or between 0 and 1000"),
+    ({"peak_tflops": 100000.5}, "--peak-tflops: 100000.5 must be above 0 and below 100,000"),
+    ({"peak_tflops": 100000}, "--peak-tflops: 100000 must be above 0 and below 100,000"),
+    ({"run_name": "bad name"}, "--run-name: 'bad name' must start with a letter, digit or '_' and hold only letters, "
+     "digits, '.', '_' and '-' (no '..'), at most 128 characters"),
+    ({"prompt_field": "a"}, "--prompt-field and --response-field: give both (instruction data) or neither"),
+    ({"instance_type": "x1"}, "--instance-type: 'x1' is not in training/hardware.py (g4dn.xlarge, g5.48xlarge, "
+     "g6.12xlarge, g6.48xlarge, g6e.12xlarge, m6i.xlarge, m7i.2xlarge, m7i.xlarge, p4d.24xlarge, p5.48xlarge)"),
     ({"data": "hf:org/a..b"}, f"--data: 'hf:org/a..b' {HUB_DATA}"),
     ({"data": "hf:org/name:bad split"}, f"--data: 'hf:org/name:bad split' {HUB_DATA}"),
     ({"model": "org/a..b"}, f"--model: 'org/a..b' {MODEL_FORMS}"),
@@ -271,3 +286,23 @@ def test_attention_kernel(attention, data, device, kernel):
 
     cfg = validate(TrainConfig(model="o/m", attention=attention, data=data))
     assert attention_kernel(cfg, torch.device(device)) == kernel
+
+
+def test_no_options_are_the_defaults():
+    assert parse_args([]) == validate(TrainConfig())
+
+
+def test_options_come_from_the_arguments_given_not_the_command_line(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["python", "--steps", "7"])
+    assert parse_args(["--steps", "5"]).steps == 5
+
+
+def test_the_help_names_the_program_and_documents_each_option(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m training.train ")
+    assert "\nFine-tune a causal LM with FSDP2 under Ray Train (laptop, GPU box or EKS).\n" in out
+    assert "--steps STEPS " in out and "Optimizer steps. (default: 100)" in out
+    assert "Write checkpoints in the background (training pauses only to copy the shards to CPU memory). (default: True)" in out

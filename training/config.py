@@ -194,7 +194,7 @@ def validate(c: TrainConfig) -> TrainConfig:
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
     require(1 <= c.log_every <= MAX_STEPS, f"--log-every: {c.log_every} must be between 1 and {MAX_STEPS:,}")
-    require(c.peak_tflops is None or 0 < c.peak_tflops < 100_000, f"--peak-tflops: {c.peak_tflops} must be positive")
+    require(c.peak_tflops is None or 0 < c.peak_tflops < 100_000, f"--peak-tflops: {c.peak_tflops} must be above 0 and below 100,000")
     # The run name is a folder under the storage path: it may not climb out of it or hide.
     require(re.fullmatch(r"[A-Za-z0-9_][\w.-]{0,127}", c.run_name) is not None and ".." not in c.run_name,
             f"--run-name: {c.run_name!r} must start with a letter, digit or '_' and hold only letters, digits, "
