@@ -127,6 +127,7 @@ EDGES_ACCEPTED = [
     {"val_fraction": 0.1, "eval_batches": 1}, {"val_fraction": 0.1, "eval_batches": 65536},
     {"steps": 10, "inject_failure_at_step": 1}, {"steps": 10, "inject_failure_at_step": 10},
     {"run_name": "Run-1"}, {"model_revision": "main"}, {"model_revision": "Main"},
+    {"data": "/data.v2/train"}, {"data": "train.jsonl"}, {"data": "/data/train.csv/"},  # a dotted folder, a bare file
 ]
 
 
@@ -142,6 +143,8 @@ MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, tiny), a hub id org/name, a path
 @pytest.mark.parametrize("changes,message", [
     ({"lr": 1.0}, "--lr: 1.0 must be in (0, 1)"),
     ({"weight_decay": 1.0}, "--weight-decay: 1.0 must be in [0, 1)"),
+    ({"data": "/data/train.jsonX"}, "--data: '/data/train.jsonX' must be random, pattern, hf:org/name[:split], a "
+     ".jsonl/.json/.parquet file, or a folder of them"),
     ({"max_failures": 1001}, "--max-failures: 1001 must be -1 (unlimited) or between 0 and 1000"),
     ({"peak_tflops": 100000.5}, "--peak-tflops: 100000.5 must be above 0 and below 100,000"),
     ({"peak_tflops": 100000}, "--peak-tflops: 100000 must be above 0 and below 100,000"),
@@ -293,8 +296,16 @@ def test_no_options_are_the_defaults():
 
 
 def test_options_come_from_the_arguments_given_not_the_command_line(monkeypatch):
-    monkeypatch.setattr("sys.argv", ["python", "--steps", "7"])
-    assert parse_args(["--steps", "5"]).steps == 5
+    monkeypatch.setattr("sys.argv", ["python", "--steps", "7", "--profile", "h200"])
+    assert parse_args(["--steps", "5"]) == validate(TrainConfig(steps=5))
+
+
+def test_every_option_is_documented():
+    import dataclasses
+
+    from training.config import _field_docs
+
+    assert set(_field_docs()) == {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 def test_the_help_names_the_program_and_documents_each_option(capsys, monkeypatch):

@@ -282,3 +282,10 @@ def test_one_rank_verdict_keeps_its_communicator(tmp_path):
 def test_a_passing_decision_quotes_the_first_multi_node_rank():
     reports = [RankReport(0, "a", "l0", True, True, "first"), RankReport(1, "b", "l1", True, True, "second")]
     assert decide(reports, require_efa=True) == (True, "first")
+
+
+def test_a_multi_node_communicator_that_names_no_transport_is_unknown(tmp_path):
+    prefix = "n:1:1 [0] NCCL INFO "
+    log = write(tmp_path, f"{prefix}comm 0x4 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n")
+    verdict = judge_files([log], require_efa=True)
+    assert (verdict.ok, verdict.line) == (False, "inter-node traffic NOT on EFA: unknown in 1 of 1 multi-node communicators")
