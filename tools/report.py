@@ -122,15 +122,18 @@ def _plot_or_note(axis, points: list[tuple[int, float]], note: str) -> None:
         axis.text(0.5, 0.5, note, ha="center", va="center", transform=axis.transAxes)
 
 
+def run_name(run: str) -> str:
+    return run.rstrip("/").rsplit("/", 1)[-1]
+
+
 def default_output(run: str) -> Path:
-    name = run.rstrip("/").rsplit("/", 1)[-1]
-    return Path("reports") / f"{name}.png" if run.startswith("s3://") else Path(run).expanduser() / "report.png"
+    return Path("reports") / f"{run_name(run)}.png" if run.startswith("s3://") else Path(run).expanduser() / "report.png"
 
 
 def report(run: str, out: Path | None = None) -> list[str]:
     """Render the run's PNG and return the text summary, ending with where the PNG is."""
     records, summary = load_run(run)
-    path = render_png(records, out or default_output(run), run.rstrip("/").rsplit("/", 1)[-1])
+    path = render_png(records, out or default_output(run), run_name(run))
     return text_summary(records, summary) + [f"report: {path}"]
 
 

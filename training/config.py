@@ -48,7 +48,8 @@ MAX_LOSS_CHUNK_TOKENS = 1 << 20
 # Paths and URIs reach a shell command line (the RayJob entrypoint): no spaces, quotes, $, ;, |, &, `.
 _PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
-_HF_DATA = re.compile(r"hf:([^:]+?)(?::[A-Za-z0-9_.-]+)?")
+# hf:org/name[:split] or hf:/folder[:split]; training.data reads the same spec.
+HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:]+?)(?::(?P<split>[A-Za-z0-9_.-]+))?")
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # S3 bucket naming rules: 3-63 characters, lower-case letters, digits, '.' and '-', letters or digits at the ends.
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
@@ -240,8 +241,8 @@ def validate(c: TrainConfig) -> TrainConfig:
 
 def _validate_data(option: str, value: str) -> None:
     if value.startswith("hf:"):
-        match = _HF_DATA.fullmatch(value)
-        repo = match.group(1) if match else ""
+        match = HF_DATA_SPEC.fullmatch(value)
+        repo = match.group("repo") if match else ""
         local = repo.startswith(("/", "./", "../", "~"))
         if match is None or not (local or (_HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
             raise ConfigError(f"{option}: {value!r} must be hf:org/name[:split] or hf:/folder[:split] "

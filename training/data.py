@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from training.config import DATA_SUFFIXES, HF_DATA_SPEC
 from training.loss import IGNORE_INDEX
 
 # Synthetic validation data: the same task on sequences the training stream never holds.
@@ -239,13 +240,11 @@ SPLIT_KEYWORDS = {
     "validation": ("validation", "valid", "val", "dev"),
     "test": ("test", "testing", "eval", "evaluation"),
 }
-DATA_FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
-_HF_SPEC = re.compile(r"hf:(?P<repo>[^:]+?)(?::(?P<split>[A-Za-z0-9_.-]+))?")
 
 
 def parse_hf_spec(spec: str) -> tuple[str, str]:
     """hf:org/name[:split] or hf:/local/folder[:split] -> (repo or folder, split; train by default)."""
-    match = _HF_SPEC.fullmatch(spec)
+    match = HF_DATA_SPEC.fullmatch(spec)
     if match is None:
         raise DataError(f"--data: {spec!r} must be hf:org/name[:split] or hf:/folder[:split]")
     return match.group("repo"), match.group("split") or "train"
@@ -299,7 +298,7 @@ def split_of(path: str) -> str | None:
 def hub_data_files(files: list[str], readme: str | None, split: str) -> list[str]:
     """The data files of a split, as the Hub lays them out: the card's `configs` when it has
     them, else split names in folder and file names; with no split names at all, every file is train."""
-    data = sorted(f for f in files if f.endswith(DATA_FILE_SUFFIXES) and not f.split("/")[-1].startswith("."))
+    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not f.split("/")[-1].startswith("."))
     patterns = configured_data_files(readme, split) if readme else None
     if patterns is not None:
         chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]

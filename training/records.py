@@ -76,10 +76,8 @@ class RecordWriter:
             self._dirty.clear()
             if self._stop.is_set():
                 return
-            with self._lock:
-                snapshot = list(self.records)
             try:
-                self._write(snapshot)
+                self.flush()
             except OSError as error:  # a bucket hiccup: the next write or flush() retries
                 print(f"metrics: could not write {self.run_uri}/{METRICS_FILE}: {error}", flush=True)
             self._stop.wait(self.interval_s)
