@@ -127,7 +127,10 @@ class TrainConfig:
     eval_every: int = 0
     """Steps between validation passes (0: only at the end); needs --val-data or --val-fraction."""
     eval_batches: int = 16
-    """Micro-batches per worker in one validation pass."""
+    """At most this many micro-batches per worker in one validation pass (each block counted once)."""
+    shuffle: bool = True
+    """Shuffle the records across files before packing and the blocks each epoch, seeded by --seed
+    (a resumed run replays the same order); --no-shuffle keeps file order, for curricula."""
     storage_path: str = "runs"
     """Where checkpoints and the run summary go: a local folder or s3://bucket/prefix."""
     run_name: str = "run"
@@ -147,7 +150,7 @@ class TrainConfig:
     require_efa: bool = False
     """Fail in the first minute when inter-node NCCL traffic does not use EFA."""
     seed: int = 0
-    """Seed of initialisation and synthetic data."""
+    """Seed of initialisation, synthetic data and the data order."""
     log_every: int = 1
     """Steps between log lines (other steps make no host sync)."""
     peak_tflops: float | None = None

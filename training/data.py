@@ -76,6 +76,8 @@ class DataFormat:
     """...and this one the assistant's reply."""
     assistant_only_loss: bool = True
     """Chat: learn the assistant turns only (the prompt tokens get no target)."""
+    tools_field: str = "tools"
+    """Chat: the tool definitions offered to the model, passed to the chat template as `tools`."""
 
 
 def _present(value) -> bool:
@@ -85,31 +87,109 @@ def _present(value) -> bool:
     return value is not None and not (isinstance(value, str) and value == "")
 
 
+def _preview(record: dict) -> str:
+    """A record as a short line of JSON, so that a refusal names the record (grep finds it)."""
+    import json
+
+    text = json.dumps(_plain(record), default=str, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _plain(value):
+    """A value as Ray Data hands it over, as plain JSON-like Python: numpy arrays become lists, and
+    the nulls Arrow fills into the keys a struct lacks (a key another record has) are dropped."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if _present(v)}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _text_parts(content) -> bool:
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content)
+
+
+def _message(raw, record: dict) -> dict:
+    """One chat message, as the template will see it: every field it carries (tool_calls, name,
+    tool_call_id...), and content that is a string, None on an assistant turn that calls tools, or a
+    list of text parts; anything else is refused, naming the record."""
+    message = _plain(raw) if isinstance(raw, dict) else None
+    if not message or not isinstance(message.get("role"), str):
+        raise DataError(f"--messages-field: a message is not a {{role, content}} object in record {_preview(record)}")
+    content = message.get("content")
+    calls_tools = message["role"] == "assistant" and bool(message.get("tool_calls"))
+    if not (isinstance(content, str) or (content is None and calls_tools) or _text_parts(content)):
+        raise DataError(f"--messages-field: a {message['role']} message's content must be a string, a list of "
+                        f"text parts, or null on an assistant turn with tool_calls; record {_preview(record)}")
+    message["content"] = content
+    return message
+
+
 def record_messages(record: dict, fmt: DataFormat) -> list[dict] | None:
-    """The record as a chat (a list of {role, content}), or None when it is plain text."""
+    """The record as a chat (a list of messages), or None when it is plain text."""
     if fmt.response_field is not None:
-        prompt = "\n\n".join(str(record[f]) for f in fmt.prompt_fields if _present(record.get(f)))
-        return [{"role": "user", "content": prompt}, {"role": "assistant", "content": str(record[fmt.response_field])}]
+        response = record.get(fmt.response_field)
+        if not isinstance(response, str) or not response:
+            raise DataError(f"--response-field: {fmt.response_field!r} must hold a non-empty string; "
+                            f"record {_preview(record)}")
+        parts = [record[f] for f in fmt.prompt_fields if _present(record.get(f))]
+        if not parts or not all(isinstance(p, str) for p in parts):
+            raise DataError(f"--prompt-field: {', '.join(fmt.prompt_fields)} must hold text; record {_preview(record)}")
+        return [{"role": "user", "content": "\n\n".join(parts)}, {"role": "assistant", "content": response}]
     messages = record.get(fmt.messages_field)
     if not _present(messages) or len(messages) == 0:
         return None
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
+    return [_message(m, record) for m in messages]
 
 
-def assistant_spans(messages: list[dict], tokenizer, rendered: str) -> list[tuple[int, int]]:
+def record_tools(record: dict, fmt: DataFormat) -> list | None:
+    """The tool definitions a chat record offers the model (TRL's `tools` column), for the template."""
+    tools = record.get(fmt.tools_field)
+    return _plain(tools) if _present(tools) and len(tools) else None
+
+
+REPLY_MARKER = "\ue000REPLY\ue000"  # a private-use character: no real reply holds it
+
+
+def _render(tokenizer, messages: list[dict], tools, **kwargs) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
+
+
+def reply_start(messages: list[dict], j: int, tokenizer, tools=None) -> str:
+    """The rendered conversation up to where assistant turn j's own text begins.
+
+    After another turn: the conversation before it, rendered with the generation prompt. As the
+    first turn there is nothing before it to render, yet the template may still open with text of
+    its own (a default system prompt) and the assistant header: that is where turn j, with a marker
+    as its text, renders the marker.
+    """
+    if j:
+        return _render(tokenizer, messages[:j], tools, add_generation_prompt=True)
+    if not isinstance(messages[0]["content"], str):
+        raise DataError("--assistant-only-loss: a chat that opens with an assistant turn needs text content there")
+    marked = _render(tokenizer, [{**messages[0], "content": REPLY_MARKER}], tools)
+    return marked[:marked.index(REPLY_MARKER)] if REPLY_MARKER in marked else ""
+
+
+def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None) -> list[tuple[int, int]]:
     """Character spans of the assistant turns in the rendered chat.
 
-    Turn j spans from the end of the conversation before it, rendered with the generation prompt
-    (which ends where the reply starts), to the end of the conversation through it. This holds
-    for templates that render a conversation's prefix as a prefix of the whole (ChatML, Qwen,
-    Llama 3); others are refused rather than masked wrongly.
+    Turn j spans from where its reply starts (reply_start: the end of the prompt and the assistant
+    header) to the end of the conversation through it. This holds for templates that render a
+    conversation's prefix as a prefix of the whole (ChatML, Qwen, Llama 3); others are refused
+    rather than masked wrongly.
     """
     spans = []
     for j, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = tokenizer.apply_chat_template(messages[:j], tokenize=False, add_generation_prompt=True) if j else ""
-        through = tokenizer.apply_chat_template(messages[:j + 1], tokenize=False)
+        before = reply_start(messages, j, tokenizer, tools)
+        through = _render(tokenizer, messages[:j + 1], tools)
         if not (rendered.startswith(before) and rendered.startswith(through) and len(through) > len(before)):
             raise DataError("--assistant-only-loss: this tokenizer's chat template does not render a conversation's "
                             "turns as prefixes of the whole; train on every token with --no-assistant-only-loss")
@@ -122,22 +202,27 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     chat, with assistant_only_loss, only the assistant turns. Each document ends with EOS."""
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     chats = [record_messages(r, fmt) for r in records]
+    tools = [record_tools(r, fmt) if chat is not None else None for r, chat in zip(records, chats)]
     texts = []
-    for record, chat in zip(records, chats):
+    for record, chat, offered in zip(records, chats, tools):
         if chat is None:
             if not _present(record.get(fmt.text_field)):
                 raise DataError(f"--text-field: a record has neither {fmt.text_field!r} nor "
                                 f"{fmt.messages_field!r} (fields: {', '.join(sorted(record))})")
             texts.append(str(record[fmt.text_field]))
-        else:
-            if getattr(tokenizer, "chat_template", None) is None:
-                raise DataError("--data: chat records need a tokenizer with a chat template; this one has none")
-            texts.append(tokenizer.apply_chat_template(chat, tokenize=False))
+            continue
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise DataError("--data: chat records need a tokenizer with a chat template; this one has none")
+        try:
+            texts.append(_render(tokenizer, chat, offered))
+        except Exception as error:  # the template's own refusal (jinja raise_exception, a missing key)
+            raise DataError(f"--data: the chat template cannot render record {_preview(record)}: "
+                            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
     encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
     documents = []
-    for chat, text, ids, offsets in zip(chats, texts, encoded["input_ids"], encoded["offset_mapping"]):
+    for chat, offered, text, ids, offsets in zip(chats, tools, texts, encoded["input_ids"], encoded["offset_mapping"]):
         if chat is not None and fmt.assistant_only_loss:
-            spans = assistant_spans(chat, tokenizer, text)
+            spans = assistant_spans(chat, tokenizer, text, offered)
             learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
         else:
             learned = [True] * len(ids)
@@ -352,22 +437,50 @@ def read_source(path: str):
         return ray.data.read_json(path, lines=True, file_extensions=["jsonl"])
 
 
+# Blocks a worker reshuffles per epoch: the packed blocks of several map batches (packing orders a
+# batch's blocks longest first), about 25 MB at 4,096 tokens.
+SHUFFLE_WINDOW_BLOCKS = 256
+
+
 def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat, cache_dir: str | None,
-                   revision: str | None = None, part: str = "train", val_fraction: float = 0.0):
-    """A Ray Dataset of packed blocks: one side (train or validation) of a source."""
-    return read_source(path).map_batches(
+                   revision: str | None = None, part: str = "train", val_fraction: float = 0.0,
+                   shuffle_seed: int | None = None):
+    """A Ray Dataset of packed blocks: one side (train or validation) of a source.
+
+    shuffle_seed: the records are shuffled across files and blocks before packing, the same way on
+    every execution of the dataset (so a resumed run replays the order it had); None keeps file order.
+    """
+    records = read_source(path)
+    if shuffle_seed is not None:
+        from ray.data import RandomSeedConfig
+
+        records = records.random_shuffle(seed=RandomSeedConfig(seed=shuffle_seed, reseed_after_execution=False))
+    return records.map_batches(
         tokenize_and_pack, batch_format="numpy", batch_size=256,
         fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "fmt": fmt, "cache_dir": cache_dir,
                    "revision": revision, "part": part, "val_fraction": val_fraction},
     )
 
 
-def dataset_batches(shard, micro_batch: int, position: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-    """Micro-batches from a worker's Ray Data shard, skipping `position` already consumed; epochs repeat."""
-    consumed = 0
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of a worker's block order in one epoch: every epoch and worker its own, each reproducible."""
+    digest = hashlib.blake2b(f"{seed}/{epoch}/{rank}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big")
+
+
+def dataset_batches(shard, micro_batch: int, position: int = 0, shuffle_seed: int | None = None,
+                    rank: int = 0) -> Iterator[dict[str, torch.Tensor]]:
+    """Micro-batches from a worker's Ray Data shard, skipping `position` already consumed; epochs repeat.
+
+    With shuffle_seed, each epoch reorders the blocks within windows of SHUFFLE_WINDOW_BLOCKS, seeded by
+    (seed, epoch, rank): a new order every epoch, the same one when a resumed run replays it.
+    """
+    consumed, epoch = 0, 0
     while True:
         produced = False
-        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True):
+        shuffle = {} if shuffle_seed is None else {"local_shuffle_buffer_size": SHUFFLE_WINDOW_BLOCKS,
+                                                   "local_shuffle_seed": epoch_seed(shuffle_seed, epoch, rank)}
+        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True, **shuffle):
             produced = True
             if consumed < position:
                 consumed += 1
@@ -376,3 +489,20 @@ def dataset_batches(shard, micro_batch: int, position: int = 0) -> Iterator[dict
             yield batch
         if not produced:
             raise RuntimeError("--data: the dataset yields no full micro-batch; use more text or a smaller --seq-len/--micro-batch")
+        epoch += 1
+
+
+def dataset_pass(shard, micro_batch: int, limit: int) -> list[dict[str, torch.Tensor]]:
+    """One pass over a worker's shard, at most `limit` micro-batches, the last one possibly short:
+    every block counted once (validation)."""
+    import itertools
+
+    return list(itertools.islice(shard.iter_torch_batches(batch_size=micro_batch, drop_last=False), limit))
+
+
+def empty_batch(seq_len: int) -> dict[str, torch.Tensor]:
+    """A one-block micro-batch with nothing to learn: a worker whose shard ran out still joins each
+    forward's collectives, and adds nothing to the loss or the count."""
+    return {"input_ids": torch.zeros((1, seq_len), dtype=torch.int64),
+            "labels": torch.full((1, seq_len), IGNORE_INDEX, dtype=torch.int64),
+            "position_ids": torch.arange(seq_len).unsqueeze(0)}

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, TrainConfig
@@ -134,23 +135,69 @@ def device_mesh(device: torch.device, sharding: str, nodes: int, gpus_per_node: 
     return init_device_mesh(device.type, (nodes * gpus_per_node,), mesh_dim_names=("shard",))
 
 
+class WireDtypeReduceScatter(ReduceScatter):
+    """FSDP2's gradient reduce-scatter with the bytes on the link in `wire` (bf16): the gradients
+    FSDP hands over, accumulated over micro-batches in fp32, are rounded once for the collective
+    and the result is widened back to fp32 before FSDP adds it to the sharded gradient."""
+
+    def __init__(self, wire: torch.dtype) -> None:
+        self.wire = wire
+
+    def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group, op, async_op: bool = False):
+        reduced = torch.empty_like(output_tensor, dtype=self.wire)
+        dist.reduce_scatter_tensor(reduced, input_tensor.to(self.wire), op=op, group=group)
+        output_tensor.copy_(reduced)
+
+
+def replica_all_reduce(group, wire: torch.dtype):
+    """The hybrid layout's cross-node step, as an FSDP2 all-reduce hook: average a unit's reduce-
+    scattered gradient shard (fp32) over the replicas on the other nodes, sending `wire` bytes."""
+    replicas = dist.get_world_size(group)
+
+    def hook(shard_grad: torch.Tensor) -> None:
+        sent = shard_grad if shard_grad.dtype == wire else shard_grad.to(wire)
+        dist.all_reduce(sent, group=group)  # SUM: gloo has no AVG in every release
+        shard_grad.copy_(sent).div_(replicas)
+
+    return hook
+
+
 def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard_after_forward: bool = True,
                reduce_dtype: str = "fp32") -> None:
     """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head).
 
-    The tied embedding and lm_head are one parameter, so they must share a unit: the root. With a
-    2-D mesh every unit is hybrid-sharded (HSDP): sharded along "shard", replicated along "replicate".
-    On GPU: bf16 compute, fp32 master weights and optimizer state, gradients reduced in reduce_dtype.
-    On CPU (gloo): fp32 throughout (torch 2.13 averages gradients on gloo as on NCCL).
+    The tied embedding and lm_head are one parameter, so they must share a unit: the root.
+    On GPU: bf16 compute, fp32 master weights and optimizer state. Gradients always accumulate in
+    fp32 over a step's micro-batches (FSDP2 upcasts each micro-batch's bf16 gradient into an fp32
+    accumulator when its reduce dtype is fp32); reduce_dtype only sets the bytes on the links:
+    with bf16, the reduce-scatter (custom comm) and the cross-node all-reduce (hook) send bf16.
+    Hybrid (a 2-D mesh): each node's GPUs form an FSDP group over "shard", and after each unit's
+    reduce-scatter a hook averages the gradient shard over "replicate", the same shard on the
+    other nodes: one all-reduce per unit and step crosses nodes, as with FSDP2's native HSDP, whose
+    all-reduce always runs in the reduce dtype. Replicas stay equal: same weights from rank 0,
+    same averaged gradients, same optimizer.
+    On CPU (gloo): fp32 throughout.
     """
+    wire = REDUCE_DTYPES[reduce_dtype] if device.type == "cuda" else torch.float32
     if device.type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     else:
         mp = MixedPrecisionPolicy()
+    hybrid = mesh is not None and mesh.ndim == 2
+    shard_mesh = mesh["shard"] if hybrid else mesh
+    units = list(model.decoder_layers) + [model]
     for layer in model.decoder_layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+        fully_shard(layer, mesh=shard_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     # The root's parameters are used last in forward and first in backward: keep them gathered.
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mesh=shard_mesh, mp_policy=mp, reshard_after_forward=False)
+    for unit in units:
+        if wire != torch.float32:
+            unit.set_custom_reduce_scatter(WireDtypeReduceScatter(wire))
+        if hybrid:
+            unit.set_all_reduce_hook(replica_all_reduce(mesh.get_group("replicate"), wire))
 
 
 def _reset_non_persistent_buffers(model: CausalLMWithLoss, device: torch.device) -> None:

@@ -267,8 +267,9 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
 
     Sharded fp32 weights and AdamW's two fp32 moments: 12 bytes per parameter over the shard group.
     Gradients: the fp32 shard after the reduce-scatter (4 bytes over the group), or, while micro-batches
-    accumulate with gradient sync off, FSDP2's unsharded gradient of every parameter in the reduction
-    dtype, whatever the world size; the larger of the two is the peak. Gathered bf16 weights: the whole
+    accumulate with gradient sync off, FSDP2's unsharded fp32 accumulator of every parameter (whatever
+    the reduction dtype, which only sets the bytes on the links), whatever the world size; the larger
+    of the two is the peak. Gathered bf16 weights: the whole
     model when kept gathered, else the root and two layers in flight. Activations: each layer's input
     with recomputation (plus one layer being recomputed), all of them without. One chunk of the fused
     LM head + loss.
@@ -276,7 +277,7 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
     state = 12 * model.params / shard
     gradients = 4 * model.params / shard
     if work.grad_accum > 1:
-        gradients = max(gradients, REDUCE_DTYPES[layout.reduce_dtype] * model.params)
+        gradients = max(gradients, 4 * model.params)
     layer = model.layer_params / model.layers
     gathered = 2 * model.params if layout.keep_gathered else 2 * (model.root_params + 2 * layer)
     tokens = work.seq_len * work.micro_batch

@@ -51,8 +51,9 @@ def train_func(config: dict) -> None:
     from training.storage import latest_checkpoint
 
     # The newest complete checkpoint in storage, before Ray's own pointer: a report still in flight
-    # when a worker dies is never registered, and a rerun after a crash has no pointer at all.
-    restored = latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint()
+    # when a worker dies is never registered, and a rerun after a crash has no pointer at all. Rank 0
+    # alone chooses: an upload completing between two ranks' listings would otherwise restore two steps.
+    restored = rank0_choice(lambda: latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint(), rank)
     if restored:
         with restored.as_directory() as folder:
             step, position = ckpt.load(folder, model, optimizer)
@@ -131,29 +132,40 @@ def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, posi
 
     if cfg.data in SYNTHETIC_DATA:
         return synthetic_batches(cfg.data, cfg.seed, vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
-    return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position)
+    return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position,
+                           shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank)
 
 
 def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, device: torch.device) -> list | None:
-    """This worker's validation micro-batches, the same number on every worker (each forward is a
-    collective), held for every evaluation; None when the run has no validation data."""
+    """This worker's validation micro-batches, held for every evaluation; None when the run has no
+    validation data. Real data: one pass over the worker's shard (each block once, the last micro-
+    batch may be short), at most --eval-batches; a worker with fewer pads with empty batches, since
+    every worker must run the same number of forwards (each gathers the sharded weights)."""
     import itertools
 
     import ray.train
 
-    from training.data import VALIDATION_SEED_OFFSET, dataset_batches, synthetic_batches
+    from training.data import VALIDATION_SEED_OFFSET, dataset_pass, empty_batch, synthetic_batches
 
     if cfg.val_data is None and cfg.val_fraction == 0:
         return None
     if cfg.data in SYNTHETIC_DATA:
-        source = synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, vocab_size, cfg.seq_len,
-                                   cfg.micro_batch, rank, world)
-    else:
-        source = dataset_batches(ray.train.get_dataset_shard("validation"), cfg.micro_batch)
-    held = list(itertools.islice(source, cfg.eval_batches))
+        return list(itertools.islice(synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, vocab_size,
+                                                       cfg.seq_len, cfg.micro_batch, rank, world), cfg.eval_batches))
+    held = dataset_pass(ray.train.get_dataset_shard("validation"), cfg.micro_batch, cfg.eval_batches)
     count = torch.tensor([len(held)], device=device)
-    dist.all_reduce(count, op=dist.ReduceOp.MIN)
-    return held[:int(count.item())]
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    if count.item() == 0:
+        raise RuntimeError(f"--val-{'data' if cfg.val_data else 'fraction'}: the validation split holds no block; "
+                           "give more validation data or a larger --val-fraction")
+    return held + [empty_batch(cfg.seq_len)] * (int(count.item()) - len(held))
+
+
+def rank0_choice(choose, rank: int):
+    """What rank 0's `choose()` returns, on every rank (the others never call it)."""
+    box = [choose() if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def export_model(cfg: TrainConfig, model, rank: int) -> None:
@@ -241,21 +253,38 @@ def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int)
     """The device mesh of the run's sharding layout, from where Ray placed the workers (training.plan)."""
     import ray
 
-    from training.hardware import gpu_for_device_name
-    from training.model import device_mesh, model_config
-    from training.plan import Workload, node_layout, resolve_sharding, shape_of
+    from training.model import device_mesh
 
     node_of_rank: list = [None] * world
     dist.all_gather_object(node_of_rank, ray.get_runtime_context().get_node_id())
-    nodes, per_node = node_layout(node_of_rank)
+    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank, device)
+    log(rank, f"sharding: {sharding} over {nodes} node(s) x {per_node} worker(s) ({why})")
+    return device_mesh(device, sharding, nodes, per_node), sharding
+
+
+def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) -> tuple[str, int, int, str]:
+    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any
+    placement; only hybrid needs every node to hold the same number of consecutive ranks."""
+    from training.hardware import gpu_for_device_name
+    from training.model import model_config
+    from training.plan import LayoutError, Workload, node_layout, resolve_sharding, shape_of
+
+    world = len(node_of_rank)
+    if cfg.sharding == "full":
+        return "full", 1, world, "as set"
+    try:
+        nodes, per_node = node_layout(node_of_rank)
+    except LayoutError as error:
+        if cfg.sharding == "hybrid":
+            raise
+        return "full", 1, world, f"the placement cannot carry hybrid: {error}"
     work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                     activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
                     steps=cfg.steps)
     gpu = gpu_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     sharding, why = resolve_sharding(cfg.sharding, shape_of(model_config(cfg)), work, nodes, per_node, gpu,
                                      cfg.instance_type, not cfg.reshard_after_forward, cfg.reduce_dtype)
-    log(rank, f"sharding: {sharding} over {nodes} node(s) x {per_node} worker(s) ({why})")
-    return device_mesh(device, sharding, nodes, per_node), sharding
+    return sharding, nodes, per_node, why
 
 
 def nccl_log_dir(cfg: TrainConfig) -> Path:
@@ -377,7 +406,8 @@ def real_datasets(cfg: TrainConfig) -> dict:
                      response_field=cfg.response_field, assistant_only_loss=cfg.assistant_only_loss)
     common = {"tokenizer_path": cfg.model, "seq_len": cfg.seq_len, "fmt": fmt, "cache_dir": cfg.cache_dir,
               "revision": cfg.model_revision}
-    datasets = {"train": packed_dataset(cfg.data, part="train", val_fraction=cfg.val_fraction, **common)}
+    datasets = {"train": packed_dataset(cfg.data, part="train", val_fraction=cfg.val_fraction,
+                                        shuffle_seed=cfg.seed if cfg.shuffle else None, **common)}
     if cfg.val_data is not None:
         datasets["validation"] = packed_dataset(cfg.val_data, **common)
     elif cfg.val_fraction > 0:

@@ -1,0 +1,64 @@
+"""Micro-batch gradients accumulate in fp32 under bf16 compute, whatever the reduction dtype.
+
+FSDP2 keeps each micro-batch's gradient in the compute dtype (bf16) and, with gradient sync off,
+adds it into an accumulator whose dtype is the policy's reduce dtype; it drops a reduce dtype equal
+to the compute dtype (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, init_dtype_attrs and
+to_accumulated_grad_if_needed), so a bf16 reduction used to sum 16 micro-batches in bf16.
+
+Reference: each micro-batch's bf16 gradient taken alone, summed in float64. The GPU policy is
+applied on CPU tensors (the bf16 casts are device-agnostic) over a one-rank gloo group.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from training.data import synthetic_batches
+from training.model import CausalLMWithLoss, apply_fsdp, builtin_config
+
+MICRO_BATCHES = 16
+
+
+def _grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.to_local().double().flatten() for p in model.parameters()])
+
+
+def _worker(rank: int, store: str, reduce_dtype: str, out: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.manual_seed(0)
+    lm = AutoModelForCausalLM.from_config(builtin_config("tiny"), dtype=torch.float32, attn_implementation="eager")
+    model = CausalLMWithLoss(lm, loss_chunk_tokens=64)
+    # The GPU policy (bf16 compute) on a CPU mesh.
+    apply_fsdp(model, torch.device("cuda"), mesh=init_device_mesh("cpu", (1,)), reduce_dtype=reduce_dtype)
+    batches = list(__import__("itertools").islice(synthetic_batches("random", 3, 512, 32, 2, 0, 1), MICRO_BATCHES))
+    reference = None
+    for batch in batches:  # each micro-batch alone: its bf16 gradient, widened exactly
+        model.set_requires_gradient_sync(True)
+        model(**batch, scale=1.0).backward()
+        grad = _grads(model)
+        reference = grad if reference is None else reference + grad
+        model.zero_grad(set_to_none=True)
+    for i, batch in enumerate(batches):  # the same micro-batches accumulated, synced once
+        model.set_requires_gradient_sync(i == MICRO_BATCHES - 1)
+        model(**batch, scale=1.0).backward()
+    accumulated = _grads(model)
+    error = ((accumulated - reference).norm() / reference.norm()).item()
+    torch.save({"error": error}, out)
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
+def test_sixteen_micro_batches_sum_in_fp32(reduce_dtype, tmp_path):
+    out = tmp_path / "result.pt"
+    mp.spawn(_worker, args=(str(tmp_path / "store"), reduce_dtype, str(out)), nprocs=1, join=True)
+    error = torch.load(out)["error"]
+    # fp32 sums of 16 terms: ~1e-7 relative. A bf16 running sum (8 bits of mantissa) is ~1e-3 off.
+    assert error < 1e-5, f"accumulated gradient is {error:.2e} off the float64 sum of the micro-batch gradients"
