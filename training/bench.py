@@ -50,6 +50,10 @@ class Case:
     profile: str = DEFAULT_PROFILE
     overrides: dict = field(default_factory=dict)
     memory_cap_gib: float | None = None
+    legacy_bf16_accumulation: bool = False
+    """Before the fix: a bf16 reduction also summed the micro-batch gradients in bf16 (comparison only)."""
+    evaluate_batches: int = 0
+    """After the timed steps, the loss on this many held-out micro-batches per GPU (pattern data)."""
 
     def train_config(self, model: str) -> TrainConfig:
         settings = {"data": "random", **GPU_PROFILES[self.profile], **self.overrides}
@@ -100,6 +104,8 @@ def plan(suite: str, gpus: int) -> list[Group]:
             Group(f"l4-world{world}-sockets", world, sockets, env=dict(SOCKETS_ENV)))]
     if suite == "layouts":
         return layout_groups() if gpus >= 2 else []
+    if suite == "accumulation":
+        return accumulation_groups() if gpus >= 2 else []
     variants = [
         Case("trainer, no torch.compile", overrides={"compile": False}),
         Case("trainer, micro-batch 4", overrides={"micro_batch": 4}),
@@ -148,6 +154,31 @@ def layout_groups() -> list[Group]:
               env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True),
         Group("reduce-dtype-loss", 2, loss_cases, gpus_per_node=1),
     ]
+
+
+# Gradient accumulation precision (fine-tuning correctness issue, S4): fp32 reduction, bf16 on the wire
+# with fp32 accumulation (the trainer now), and bf16 accumulation (before), at 4 and 16 micro-batches,
+# 300 steps of learnable data from the same seed; then their speed on the emulated 40 Gbit/s link.
+ACCUMULATION_VARIANTS = (("fp32", False), ("bf16", False), ("bf16", True))
+
+
+def accumulation_name(dtype: str, legacy: bool, grad_accum: int) -> str:
+    accumulate = "bf16" if legacy else "fp32"
+    return f"hybrid, {dtype} on the wire, {accumulate} accumulation, grad_accum {grad_accum}"
+
+
+def accumulation_groups() -> list[Group]:
+    loss = [Case(accumulation_name(dtype, legacy, accum) + ", pattern data", profile="l4", legacy_bf16_accumulation=legacy,
+                 evaluate_batches=8,
+                 overrides={"sharding": "hybrid", "reduce_dtype": dtype, "data": "pattern", "lr": 3e-4, "warmup_steps": 20,
+                            "steps": 300, "seq_len": 512, "micro_batch": 1, "grad_accum": accum,
+                            "activation_checkpointing": False, "compile": False})
+            for accum in (4, 16) for dtype, legacy in ACCUMULATION_VARIANTS]
+    speed = [Case(accumulation_name(dtype, legacy, accum) + ", sockets", profile="l4", legacy_bf16_accumulation=legacy,
+                  overrides={"sharding": "hybrid", "reduce_dtype": dtype, "grad_accum": accum})
+             for accum in (4, 16) for dtype, legacy in ACCUMULATION_VARIANTS]
+    return [Group("accumulation-loss", 2, loss, gpus_per_node=1),
+            Group("accumulation-sockets", 2, speed, env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True)]
 
 
 # ---------------------------------------------------------------- the worker (one per GPU)
@@ -212,13 +243,16 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
     model = optimizer = None
     try:
         if case.recipe == "trainer":
-            model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state, gpus_per_node)
+            model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state, gpus_per_node,
+                                                   case.legacy_bf16_accumulation)
         else:
             model, optimizer, step = _example_step(cfg, device, rank, world)
         result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
         timing = time_steps(step, warmup, cfg.steps if cfg.data == "pattern" else steps, device)
         result |= timing | {"peak_mem_gib": peak_memory_gib(device),
                             "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else 0.0}
+        if case.evaluate_batches:
+            result["val_loss"] = _validation_loss(model, cfg, device, rank, world, case.evaluate_batches)
     except torch.OutOfMemoryError as error:
         result |= {"error": "out of memory", "detail": str(error).splitlines()[0][:300],
                    "peak_mem_gib": peak_memory_gib(device)}
@@ -246,8 +280,22 @@ def _meta_model(cfg: TrainConfig):
         return CausalLMWithLoss(AutoModelForCausalLM.from_config(model_config(cfg)))
 
 
-def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, gpus_per_node: int | None = None):
+def _validation_loss(model, cfg: TrainConfig, device, rank: int, world: int, batches: int) -> float:
+    """Mean loss over held-out synthetic sequences (the stream train_func validates on)."""
+    import itertools
+
+    from training.data import VALIDATION_SEED_OFFSET, synthetic_batches
+    from training.step import evaluate
+
+    held = list(itertools.islice(synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, model.config.vocab_size,
+                                                   cfg.seq_len, cfg.micro_batch, rank, world), batches))
+    return evaluate(model, held, device)[0]
+
+
+def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, gpus_per_node: int | None = None,
+                  legacy_bf16_accumulation: bool = False):
     """The trainer's own pieces, exactly as train_func wires them (the mesh from the emulated nodes)."""
+    import training.model
     from training.data import synthetic_batches
     from training.model import build_model, device_mesh
     from training.schedule import lr_at
@@ -256,7 +304,13 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     per_node = gpus_per_node or world
     sharding = "full" if cfg.sharding == "auto" else cfg.sharding
     mesh = device_mesh(device, sharding, world // per_node, per_node)
-    model = build_model(cfg, device, rank, world, full_state, mesh=mesh)
+    policy = training.model.MixedPrecisionPolicy
+    if legacy_bf16_accumulation:  # FSDP2 accumulates in the reduce dtype: make it the compute dtype
+        training.model.MixedPrecisionPolicy = lambda **kw: policy(**{**kw, "reduce_dtype": kw.get("param_dtype")})
+    try:
+        model = build_model(cfg, device, rank, world, full_state, mesh=mesh)
+    finally:
+        training.model.MixedPrecisionPolicy = policy
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
     batches = synthetic_batches(cfg.data, cfg.seed, model.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
 
@@ -541,6 +595,34 @@ def reduce_dtype_comparison(rows: list[dict]) -> str | None:
             f"mean of the last {tail} steps {mean_tail(fp32):.4f} vs {mean_tail(bf16):.4f}")
 
 
+def accumulation_comparison(rows: list[dict], out: Path) -> list[str]:
+    """Per grad_accum, each accumulation variant's loss over the last quarter of its steps and its final
+    validation loss; the curves in OUT/accumulation.png."""
+    runs = [r for r in rows if r.get("group") == "accumulation-loss" and "error" not in r and r.get("losses")]
+    lines = []
+    for r in runs:
+        tail = len(r["losses"]) // 4
+        lines.append(f"{r['name']}: loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}, mean of the last {tail} "
+                     f"steps {sum(r['losses'][-tail:]) / tail:.4f}, validation loss {r.get('val_loss', float('nan')):.4f}")
+    if runs:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        accums = sorted({r["settings"]["grad_accum"] for r in runs})
+        fig, axes = plt.subplots(1, len(accums), figsize=(6 * len(accums), 4), squeeze=False)
+        for ax, accum in zip(axes[0], accums):
+            for r in runs:
+                if r["settings"]["grad_accum"] == accum:
+                    ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=r["name"].split(", grad_accum")[0], lw=1)
+            ax.set(title=f"grad_accum {accum}: Qwen2.5-1.5B shape, pattern data", xlabel="step", ylabel="loss", yscale="log")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "accumulation.png", dpi=110)
+    return lines
+
+
 def format_emulation(rows: list[dict]) -> str:
     lines = ["| case | link GB/s (busbw) | measured s/step | model s/step | error | model says | tokens/s/GPU |",
              "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]
@@ -578,6 +660,7 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
     comparison = reduce_dtype_comparison(rows)
     if comparison:
         lines.append(f"- {comparison}")
+    lines += [f"- {line}" for line in accumulation_comparison(rows, out)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
         lines += ["", "Model against measurement (training.plan, link and compute calibrated in this run):", "",
@@ -593,12 +676,13 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke", "layouts"),
+    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke", "layouts", "accumulation"),
                         help="full: default profile, example recipe, L4 profile, sockets A/B, one GPU; "
                              "variants: the levers one at a time; l4: the L4 profile's communication "
                              "lever on NVLink and on sockets; smoke: two quick cases; layouts: full, gathered and "
                              "hybrid at world size 2 as two nodes, on NVLink and sockets, with link bandwidth and "
-                             "the model's prediction (2 GPUs)")
+                             "the model's prediction (2 GPUs); accumulation: fp32 vs bf16 gradient accumulation and "
+                             "reduction, 300 steps, then their speed on sockets (2 GPUs)")
     parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
