@@ -119,7 +119,8 @@ class EfaTrainingStack(Stack):
                 gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
                 cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
                 trainer_options=trainer_options(s), requires=(self.kuberay, self.device_plugins),
-                active_deadline_seconds=t.active_deadline_seconds, submitter_backoff_limit=t.backoff_limit,
+                rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+                submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished,
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,
                 kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,
                 hf_token_secret=t.hf_token_secret,
@@ -132,13 +133,13 @@ class EfaTrainingStack(Stack):
         CfnOutput(self, "Kubeconfig", value=f"aws eks update-kubeconfig --region {self.region} --name {self.cluster.cluster_name}")
         CfnOutput(self, "JobStatus", value=f"kubectl -n {ns} get rayjob {job} -o wide")
         CfnOutput(self, "JobLogs", value=f"kubectl -n {ns} logs -f job/{job}")
-        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{w.ray_cluster_name}-head-svc 8265:8265")
+        # KubeRay names a RayJob's head Service after the job (utils.go GenerateHeadServiceName).
+        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{job}-head-svc 8265:8265")
         CfnOutput(self, "CheckpointBucket", value=w.bucket.bucket_name)
         CfnOutput(self, "RunPath", value=f"s3://{w.bucket.bucket_name}/runs/{w.run_name}")
         # Read by `make watch` and `make destroy` (tools/watch.py, tools/teardown.py).
         CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
         CfnOutput(self, "Namespace", value=ns)
-        CfnOutput(self, "RayClusterName", value=w.ray_cluster_name)
         CfnOutput(self, "RayJobName", value=job)
 
     def _add_log_retention(self) -> None:
