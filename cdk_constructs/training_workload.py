@@ -153,6 +153,11 @@ class TrainingWorkload(Construct):
         return self.job_spec.run_name
 
     @property
+    def worker_pod(self) -> dict:
+        """The GPU worker's pod spec, as KubeRay creates it from the job."""
+        return self.ray_job_manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+
+    @property
     def job_name(self) -> str:
         return self.job_spec.name
 

@@ -6,6 +6,7 @@ from aws_cdk import Annotations, CfnOutput, Environment, Stack, Tags
 from constructs import Construct
 
 from cdk_constructs.cluster import EksCluster, EksClusterProps
+from cdk_constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerProps
 from cdk_constructs.device_plugins import DevicePlugins, DevicePluginsProps
 from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
 from cdk_constructs.kuberay import KubeRayOperator, KubeRayOperatorProps
@@ -33,6 +34,7 @@ class EfaTrainingStack(Stack):
         self._add_node_groups()
         self._add_cluster_software()
         self._add_training()
+        self._add_autoscaler()
         self._add_outputs()
         self._add_log_retention()
         for key, value in settings.tags.items():
@@ -86,6 +88,7 @@ class EfaTrainingStack(Stack):
                 taint=s.gpu_node_taint,
                 placement_group=s.use_placement_group,
                 capacity_reservation_id=s.capacity_reservation_id,
+                scale_to_zero=s.gpu_scale_to_zero,
                 requires=(self.vpc_cni.addon,),
             ),
         )
@@ -126,6 +129,19 @@ class EfaTrainingStack(Stack):
                 hf_token_secret=t.hf_token_secret,
             ),
         )
+
+    def _add_autoscaler(self) -> None:
+        s = self.settings
+        if not s.gpu_scale_to_zero:
+            return
+        self.autoscaler = ClusterAutoscaler(
+            self, "ClusterAutoscaler",
+            ClusterAutoscalerProps(cluster=self.cluster, cluster_name=s.eks_cluster_name, region=s.region,
+                                   gpu_nodegroup=self.gpu_nodes.nodegroup, gpu_instance=self.gpu_nodes.spec,
+                                   gpu_nodegroup_described=self.gpu_nodes.described,
+                                   pending_pod=self.training.worker_pod, kubernetes_version=s.kubernetes_version,
+                                   scale_down_delay_minutes=s.gpu_scale_down_delay_minutes,
+                                   requires=(self.system_nodes.nodegroup,)))
 
     def _add_outputs(self) -> None:
         w = self.training
