@@ -571,6 +571,18 @@ def _validate_training(s: Settings) -> None:
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
 
 
+def reproducibility_warnings(s: Settings) -> list[tuple[str, str]]:
+    """(id, text) of the synth warnings about settings that make a re-run differ from the run."""
+    t, found = s.training, []
+    if not image_is_pinned(t.image):
+        found.append(("eks-fsdp-efa:unpinned-image",
+                      f"training.image {t.image} is a moving tag; pin vX.Y.Z or a digest for reproducible runs."))
+    if is_hub_model(t.model) and not t.model_revision:
+        found.append(("eks-fsdp-efa:unpinned-model", f"training.model {t.model} has no model_revision; pin a commit "
+                      "hash so that a re-run loads the same weights."))
+    return found
+
+
 def is_hub_model(model: str) -> bool:
     """A Hugging Face Hub id (org/name), as opposed to a built-in config or a path."""
     from training.config import BUILTIN_MODELS

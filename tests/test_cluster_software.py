@@ -380,10 +380,11 @@ def test_bucket_auto_delete_setting():
 
 
 def test_pods_get_bucket_access_through_pod_identity(template):
-    [association] = resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
-    assert association["Properties"]["Namespace"] == "training" and association["Properties"]["ServiceAccount"] == "ray"
+    [association] = [a for a in resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
+                     if a["Properties"]["Namespace"] == "training"]
+    assert association["Properties"]["ServiceAccount"] == "ray"
     addons = {a["Properties"]["AddonName"] for a in resources_of(template, "AWS::EKS::Addon").values()}
-    assert addons == {"eks-pod-identity-agent", "vpc-cni"}
+    assert addons == {"eks-pod-identity-agent", "vpc-cni", "amazon-cloudwatch-observability"}
 
 
 def test_order_nodes_then_operator_then_cluster_then_job(template):
