@@ -136,7 +136,7 @@ def test_every_lambda_logs_to_a_group_with_retention(template):
 
 def test_log_retention_setting_reaches_every_group():
     groups = resources_of(template_for(log_retention_days=7), "AWS::Logs::LogGroup")
-    assert len(groups) == 5 and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {7}
+    assert len(groups) == 9 and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {7}
 
 
 def test_endpoint_public_cidrs_from_settings():
