@@ -138,6 +138,7 @@ def test_same_settings_change_nothing(first):
     {"training.rerun": 1},
     {"training.ttl_seconds_after_finished": 60},
     {"training.active_deadline_seconds": 7200},
+    {"training.backoff_limit": 0},
     {"gpu_node_taint": False},
 ])
 def test_a_changed_setting_replaces_the_job_shares_nothing_and_leaves_no_orphan(first, change):
@@ -153,6 +154,10 @@ def test_a_changed_trainer_replaces_the_job_and_its_configmap(first, edited_trai
     cluster = second_deploy(first, second)
     assert set(cluster.objects) == {key(o) for r in second.values() for o in r["objects"]}
     assert workload_names(first).isdisjoint(workload_names(second))
+
+
+def test_the_scale_down_delay_changes_no_job(first):
+    assert deployed(gpu_scale_down_delay_minutes=10) == first
 
 
 def test_editing_the_benchmark_changes_nothing_on_the_cluster(first, edited_trainer):
