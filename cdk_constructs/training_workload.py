@@ -2,10 +2,11 @@
 
 How a second deploy behaves follows from three facts. KubeRay ignores a changed rayClusterSpec on a
 RayJob that exists (rayjob_controller.go getOrCreateRayClusterInstance), so a change must be a new
-RayJob: its name is a digest of everything in it. aws-cdk-lib's kubectl handler creates a manifest
-resource's objects with `kubectl create`, which fails on a name that exists, and CloudFormation then
-leaves behind what was already created; so nothing of one job carries another job's name: the
-trainer ConfigMap is named after its job. And the job and its ConfigMap are one manifest resource
+RayJob: its name is a digest of everything in it. aws-cdk-lib's kubectl handler deletes a manifest
+resource's objects with the resource, so two resources carrying an object of one name would delete
+each other's (or, created with `kubectl create`, fail the deploy and leave what they made behind);
+so nothing of one job carries another job's name: the trainer ConfigMap is named after its job. And
+the job and its ConfigMap are one manifest resource
 whose construct id carries the job's name, so a changed job is a new CloudFormation resource:
 CloudFormation creates the new objects, then deletes the old ones in its cleanup phase (the old
 RayJob, whose finalizer stops its Ray job and whose RayCluster goes with it, and its ConfigMap).
@@ -141,9 +142,11 @@ class TrainingWorkload(Construct):
         self.configmap_manifest = rm.job_configmap(self.job_spec)
         self._check_with_kuberay(props)
 
-        # One resource for the job and everything named after it; its id changes with the job.
+        # One resource for the job and everything named after it; its id changes with the job. Applied, not
+        # created: a name is a digest of the job's content, so an object of that name left by a failed deploy
+        # is this very job, and applying it again is what a retry of the deploy should do.
         self.ray_job = eks.KubernetesManifest(
-            self, f"RayJob-{self.job_spec.name}", cluster=cluster,
+            self, f"RayJob-{self.job_spec.name}", cluster=cluster, overwrite=True,
             manifest=[self.configmap_manifest, self.ray_job_manifest])
         self.ray_job.node.add_dependency(self.namespace, self.pod_identity, cluster.eks_pod_identity_agent,
                                          *props.requires)

@@ -123,6 +123,18 @@ def test_ray_job_matches_kuberay_crd():
     validate_against_crd(pure_workload()["RayJob"])
 
 
+@pytest.mark.parametrize("part", ["head", "worker", "submitter"])
+def test_the_pods_kuberay_makes_from_the_job_are_valid_kubernetes_1_36_pods(part):
+    """The CRD leaves pod templates to Kubernetes: checked here as the Pods KubeRay will create."""
+    job = pure_workload()["RayJob"]["spec"]
+    template = {"head": job["rayClusterSpec"]["headGroupSpec"]["template"],
+                "worker": job["rayClusterSpec"]["workerGroupSpecs"][0]["template"],
+                "submitter": job["submitterPodTemplate"]}[part]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **template.get("metadata", {})},
+           "spec": template["spec"]}
+    kubernetes_validate.validate(pod, "1.36", strict=True)
+
+
 def test_the_stacks_workload_is_what_the_pure_builders_make(template):
     """The tests on pure_workload() (which also run under `make mutation`) speak for the synthesized stack."""
     def without_prune_label(manifest: dict) -> dict:  # aws-cdk-lib's kubectl handler adds it

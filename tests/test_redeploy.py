@@ -127,6 +127,14 @@ def test_the_model_catches_the_shared_configmap_of_the_old_layout():
     assert ("RayCluster", None, "b") in cluster.objects  # left behind, untracked
 
 
+def test_a_deploy_after_a_failed_one_applies_the_job_it_left_behind(first):
+    """A Create that failed midway leaves its objects, untracked; the same job deployed again takes them over."""
+    [job_id] = [k for k, r in first.items() if any(o["kind"] == "RayJob" for o in r["objects"])]
+    assert first[job_id]["overwrite"] is True
+    cluster = Cluster({key(o): o for o in first[job_id]["objects"]})
+    assert cluster.deploy({}, first) == []
+
+
 def test_same_settings_change_nothing(first):
     assert deployed() == first
 
