@@ -578,3 +578,69 @@ def test_a_summary_without_throughput_gives_the_last_step():
     assert cs.final_summary(job, cs.TrainerProgress(record=STEP_RECORD), None) == [
         "FAILED: RayJob ft-1: deployment Failed, job FAILED", "transport: no NCCL transport line in the log",
         f"last step: {LAST_STEP}"]
+
+
+def test_teardown_that_takes_too_long_says_what_it_waits_for(monkeypatch, capsys):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    api = _TeardownApi(clusters=[1] * 5, nodes=[])
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: api)
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    monkeypatch.setattr(watch.time, "sleep", lambda s: None)
+    clock = iter([0, 10, 700, 1000])
+    monkeypatch.setattr(watch.time, "monotonic", lambda: next(clock))
+    watch.follow_teardown(None, Settings(), "training", "ft-1", poll_s=15, timeout_s=900)
+    assert capsys.readouterr().out.strip() == ("still waiting after 900 s for KubeRay to delete the cluster; "
+                                               "make watch looks again")
+
+
+def test_with_fixed_gpu_nodes_the_watch_does_not_wait_for_them(monkeypatch, capsys):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    api = _TeardownApi(clusters=[0], nodes=[])  # a node count asked for would raise StopIteration
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: api)
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    watch.follow_teardown(None, Settings(gpu_scale_to_zero=False), "training", "ft-1", poll_s=15, timeout_s=900)
+    out = [line.split(" ", 1)[1] if line[:2].isdigit() else line for line in capsys.readouterr().out.strip().splitlines()]
+    assert out == ["RayCluster of ft-1 deleted", "GPU nodes stay up (gpu_scale_to_zero is false)"]
+
+
+class _ProgressApi:
+    """Events, kube-system pods and GPU nodes as the Kubernetes API lists them, poll after poll."""
+
+    def __init__(self, events: list[list[dict]], nodes: list[list[dict]]):
+        self.events, self.nodes = iter(events), iter(nodes)
+
+    def list_namespaced_event(self, namespace):
+        return type("Events", (), {"items": next(self.events) if namespace == "training" else []})()
+
+    def list_namespaced_pod(self, namespace):
+        return {"items": []}
+
+    def list_node(self, label_selector):
+        return type("Nodes", (), {"items": next(self.nodes)})()
+
+
+def test_the_progress_lines_tell_the_scale_up_then_the_nodes_once(monkeypatch):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    scale_up = _event("TriggeredScaleUp", "w-1", "pod triggered scale-up: [{gpu 0->2 (max: 2)}]", "2026-11-30T10:01:00Z")
+    ready = load("node-ready.json")
+    api = _ProgressApi(events=[[scale_up], [scale_up], [scale_up]], nodes=[[], [ready, ready], [ready, ready]])
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    monkeypatch.setattr(watch, "_plain", lambda api_, obj: obj)
+    report = watch.progress_reporter(None, Settings(), "training")
+    assert report() == ["scale-up requested: w-1: pod triggered scale-up: [{gpu 0->2 (max: 2)}]",
+                        "0 of 2 GPU nodes have joined the cluster"]
+    name = ready["metadata"]["name"]
+    assert report() == [f"all 2 GPU node(s) ready: {name} (4 GPU, 1 EFA), {name} (4 GPU, 1 EFA)"]
+    assert report() == []
