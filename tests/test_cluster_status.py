@@ -268,8 +268,20 @@ def test_the_watch_ends_with_the_idle_bill_when_the_gpu_group_is_at_zero(moto_ek
     from stacks.settings import Settings
     from tools import watch
 
+    _launch("system", "m7i.xlarge", 1)
     line = watch.billing_line(boto3.Session(), Settings(), "EksFsdpEfa")
     assert line == "still billed: control plane, system node, NAT: $0.35/h; make destroy to stop"
+
+
+def _launch(group: str, instance_type: str, count: int, cluster: str = "EksFsdpEfa") -> None:
+    """Instances as a managed node group's Auto Scaling group launches them, with EKS's tags."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name="us-east-2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType=instance_type, MinCount=count, MaxCount=count, TagSpecifications=[{
+        "ResourceType": "instance",
+        "Tags": [{"Key": "eks:cluster-name", "Value": cluster}, {"Key": "eks:nodegroup-name", "Value": group}]}])
 
 
 def test_the_watch_bills_gpu_nodes_the_autoscaler_has_started(moto_eks):
@@ -278,8 +290,9 @@ def test_the_watch_bills_gpu_nodes_the_autoscaler_has_started(moto_eks):
     from stacks.settings import Settings
     from tools import watch
 
-    moto_eks.update_nodegroup_config(clusterName="EksFsdpEfa", nodegroupName="gpu",
-                                     scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 2})
+    _launch("system", "m7i.xlarge", 1)
+    _launch("gpu", "g6.12xlarge", 2)
+    _launch("gpu", "g6.12xlarge", 1, cluster="OtherCluster")  # another cluster's group of the same name
     assert watch.billing_line(boto3.Session(), Settings(), "EksFsdpEfa").startswith(
         "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h")
 

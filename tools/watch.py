@@ -10,7 +10,7 @@
    checkpoints are, and the run's report (tools.report).
 4. After the job: KubeRay deleting its RayCluster (after ttl_seconds_after_finished), and the GPU
    nodes going back to zero (after the scale-down delay).
-5. Ends, whatever happened, with what still bills, read from the node groups (EKS API).
+5. Ends, whatever happened, with what still bills: the node groups (EKS API) and their running instances (EC2).
 Exit status: 0 when the job succeeded, 1 when it failed, 2 on errors.
 """
 
@@ -85,7 +85,6 @@ def _plain(api, obj) -> dict:
     return api.sanitize_for_serialization(obj)
 
 
-GPU_SELECTOR = "role=gpu-worker"
 RAYCLUSTER = ("ray.io", "v1", "rayclusters")
 # KubeRay labels the RayCluster it makes for a RayJob with the job's name (rayjob_controller.go
 # constructRayClusterForRayJob, utils.RayOriginatedFromCRNameLabelKey).
@@ -95,7 +94,10 @@ ORIGINATED_FROM = "ray.io/originated-from-cr-name"
 def gpu_nodes(api) -> list[dict]:
     from kubernetes import client
 
-    return [_plain(api, n) for n in client.CoreV1Api(api).list_node(label_selector=GPU_SELECTOR).items]
+    from cdk_constructs.node_groups import GPU_NODE_LABELS
+
+    selector = f"role={GPU_NODE_LABELS['role']}"
+    return [_plain(api, n) for n in client.CoreV1Api(api).list_node(label_selector=selector).items]
 
 
 def progress_reporter(api, s: Settings, namespace: str):
@@ -156,13 +158,21 @@ def follow_teardown(api, s: Settings, namespace: str, job_name: str, poll_s: int
 
 
 def node_groups(session, cluster_name: str, region: str) -> list[tuple[str, str, int]]:
-    """(role label, instance type, desired size) of each node group of the cluster, from the EKS API."""
+    """(role label, instance type, instances running) of each node group of the cluster: the groups from
+    the EKS API, their instances from EC2 by the tags EKS puts on them (eks:cluster-name, eks:nodegroup-name),
+    which is what bills, whatever size the autoscaler last asked for."""
     eks = session.client("eks", region_name=region)
-    groups = []
-    for name in eks.list_nodegroups(clusterName=cluster_name)["nodegroups"]:
+    names = eks.list_nodegroups(clusterName=cluster_name)["nodegroups"]
+    ec2, groups = session.client("ec2", region_name=region), []
+    for name in names:
         group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=name)["nodegroup"]
+        filters = [{"Name": "tag:eks:cluster-name", "Values": [cluster_name]},
+                   {"Name": "tag:eks:nodegroup-name", "Values": [name]},
+                   {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        running = sum(len(r["Instances"]) for page in pages for r in page["Reservations"])
         groups.append(((group.get("labels") or {}).get("role", name), (group.get("instanceTypes") or ["unknown"])[0],
-                       group["scalingConfig"]["desiredSize"]))
+                       running))
     return groups
 
 
