@@ -37,7 +37,11 @@ def log_group_names(cluster_name: str) -> list[str]:
 
 def observability_configuration() -> dict:
     """The add-on's configuration values: container logs on, and Container Insights' enhanced metrics with
-    the accelerated-compute ones (NVIDIA GPU, EFA) said explicitly rather than left to the defaults."""
+    the accelerated-compute ones (NVIDIA GPU, EFA) said explicitly rather than left to the defaults.
+
+    An agent configuration without `application_signals` also keeps Application Signals from monitoring
+    every service (its chart's manager.modify-auto-monitor-config), which would inject its Python
+    instrumentation into the Ray pods."""
     return {
         "containerLogs": {"enabled": True},
         "agent": {"config": {"logs": {"metrics_collected": {"kubernetes": {

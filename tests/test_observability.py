@@ -61,3 +61,9 @@ def test_the_agent_role_is_trusted_by_its_service_account_only(template):
 def test_log_group_names_follow_the_cluster_name():
     assert obs.log_group_names("c") == ["/aws/containerinsights/c/application", "/aws/containerinsights/c/dataplane",
                                         "/aws/containerinsights/c/host", "/aws/containerinsights/c/performance"]
+
+
+def test_application_signals_stay_out_of_the_ray_pods():
+    """The add-on's chart turns automatic instrumentation of every service off when the agent's configuration
+    has no application_signals section (charts/amazon-cloudwatch-observability/templates/_helpers.tpl)."""
+    assert "application_signals" not in json.dumps(obs.observability_configuration())
