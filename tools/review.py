@@ -47,8 +47,9 @@ def _rendered(value) -> str:
 GPU_NODE_BOOT_S = 180
 """EC2 launch into the placement group, AL2023 NVIDIA AMI boot, kubelet join, device plugins registered."""
 RAY_IMAGE_GIB = 12.0
-"""Compressed size assumed for the Ray Train image (CUDA, PyTorch, NCCL, EFA); the registry's manifest
-(layer sizes) gives the true figure."""
+"""Compressed size assumed for the Ray Train image: AWS publishes none; its guide (aws/deep-learning-containers,
+docs/ray-train/index.md) describes it as the PyTorch training image (EFA, NCCL, flash-attn, Transformer
+Engine, DeepSpeed) plus Ray. The registry's manifest (the sum of its layer sizes) gives the true figure."""
 IMAGE_PULL_MIB_S = 150
 """containerd's pull and unpack rate through the NAT gateway, assumed."""
 
