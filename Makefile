@@ -44,11 +44,11 @@ preflight: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.preflight $(CDK_ARGS)
 
 # Preflight, deploy (you get cluster access unless admin_principal_arn is set), then follow the
-# GPU nodes and the RayJob to a verified result and what still bills.
+# job from the GPU nodes' scale-up to their return to zero, and end with what still bills.
 deploy: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.deploy --cdk $(CDK) $(CDK_ARGS)
 
-# Follow a stack already deployed: GPU nodes, then the RayJob to its end.
+# Follow a stack already deployed: the job's whole life, then what still bills.
 watch: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.watch $(CDK_ARGS)
 

@@ -454,6 +454,30 @@ def ray_job_spec(spec: dict, annotations: dict, gates: dict) -> list[tuple[str, 
         found.append((rule, f"backoffLimit {backoff} is negative"))
     if mode not in SUBMISSION_MODES:
         found.append((rule, f"submissionMode {mode!r} is not one of {', '.join(SUBMISSION_MODES)}"))
+    if mode == "K8sJobMode":
+        found += _submitter_template(spec.get("submitterPodTemplate"))
+    return found
+
+
+# A batch/v1 Job's pods may only use these restart policies (the Job API refuses Always, the pod default).
+JOB_RESTART_POLICIES = ("Never", "OnFailure")
+
+
+def _submitter_template(template: dict | None) -> list[tuple[str, str]]:
+    """What KubeRay does with a submitterPodTemplate in K8sJobMode (rayjob_controller.go): getSubmitterTemplate
+    configures the container at index 0 (it writes the `ray job submit` command, the dashboard address and the
+    Ray token into it), and createNewK8sJob wraps the template in a batch/v1 Job, which the API server refuses
+    unless its pods restart Never or OnFailure; the RayJob then waits, its submitter never created."""
+    if template is None:
+        return []  # KubeRay's default template (common/job.go GetSubmitterTemplate) passes both
+    pod = template.get("spec") or {}
+    found = []
+    if not pod.get("containers"):
+        found.append(("getSubmitterTemplate", "submitterPodTemplate has no container for KubeRay to configure"))
+    policy = pod.get("restartPolicy") or "Always"
+    if policy not in JOB_RESTART_POLICIES:
+        found.append(("createNewK8sJob", f"submitterPodTemplate restartPolicy {policy}: the submitter Job's pods must "
+                                         f"use {' or '.join(JOB_RESTART_POLICIES)}"))
     return found
 
 
@@ -476,6 +500,20 @@ def cluster_selector_targets(manifests: list[dict]) -> list[Violation]:
         if target and (job["metadata"].get("namespace"), target) not in clusters:
             found.append(Violation("RayJob", job["metadata"]["name"], "getOrCreateRayClusterInstance",
                                    f"clusterSelector names RayCluster {target!r}, which these manifests do not create"))
+    return found
+
+
+def ignored_changes(before: list[dict], after: list[dict]) -> list[Violation]:
+    """rayjob_controller.go getOrCreateRayClusterInstance: a RayJob whose cluster exists keeps it and logs
+    "Disregard changes in RayClusterSpec of RayJob". A second deploy that changes a job's rayClusterSpec
+    under the same name changes nothing on the cluster."""
+    old = {(m["metadata"].get("namespace"), m["metadata"]["name"]): m for m in before if m.get("kind") == "RayJob"}
+    found = []
+    for job in (m for m in after if m.get("kind") == "RayJob"):
+        previous = old.get((job["metadata"].get("namespace"), job["metadata"]["name"]))
+        if previous and (previous.get("spec") or {}).get("rayClusterSpec") != (job.get("spec") or {}).get("rayClusterSpec"):
+            found.append(Violation("RayJob", job["metadata"]["name"], "getOrCreateRayClusterInstance",
+                                   "rayClusterSpec changed under the same name: KubeRay keeps the cluster it made"))
     return found
 
 

@@ -10,10 +10,15 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from cdk_constructs.instance_types import INSTANCE_TYPES, efa_network_interfaces
+from cdk_constructs.instance_types import INSTANCE_TYPES, InstanceSpec, efa_network_interfaces
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_NODE_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+# Cluster Autoscaler's AWS provider treats a node with this label as a GPU node whose GPUs are still
+# coming (the device plugin registers them after the node is Ready), instead of scaling up again.
+ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
+# Read by Cluster Autoscaler from the group's tags (DescribeNodegroup) for a node it has not seen yet.
+AUTOSCALER_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 SYSTEM_NODE_LABELS = {"role": "system"}
 
 
@@ -113,8 +118,20 @@ class GpuNodeGroupProps:
     taint: bool = True
     placement_group: bool = True
     capacity_reservation_id: str | None = None
+    scale_to_zero: bool = True
+    """0 to node_count nodes, created with none (Cluster Autoscaler starts them); else node_count always."""
     requires: Sequence[IDependable] = ()
     """What must exist before nodes join: the VPC CNI add-on with its own credentials."""
+
+
+def gpu_node_labels(spec: InstanceSpec) -> dict[str, str]:
+    return {**GPU_NODE_LABELS, ACCELERATOR_LABEL: f"nvidia-{spec.gpu_model.lower()}"}
+
+
+def gpu_node_tags(spec: InstanceSpec) -> dict[str, str]:
+    """The extended resources a GPU node will offer once its device plugins run: the autoscaler's
+    instance table knows the GPUs but not the EFA interfaces."""
+    return {AUTOSCALER_RESOURCE_TAG + "vpc.amazonaws.com/efa": str(spec.efa_interfaces)}
 
 
 class GpuNodeGroup(Construct):
@@ -150,12 +167,19 @@ class GpuNodeGroup(Construct):
             ),
         )
         self.role = node_role(self)
+        # What DescribeNodegroup will return for the group: Cluster Autoscaler's template node comes from it.
+        self.described = {
+            "labels": gpu_node_labels(spec), "tags": gpu_node_tags(spec),
+            "taints": [{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}] if props.taint else [],
+        }
+        low = 0 if props.scale_to_zero else props.node_count
         self.nodegroup = props.cluster.add_nodegroup_capacity(
             "GpuNodes", node_role=self.role,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
             capacity_type=eks.CapacityType.ON_DEMAND,
-            min_size=props.node_count, desired_size=props.node_count, max_size=props.node_count,
-            labels=dict(GPU_NODE_LABELS),
+            # Created empty when scaling from zero: `cdk deploy` never waits on GPU capacity, nor rolls back for it.
+            min_size=low, desired_size=low, max_size=props.node_count,
+            labels=dict(self.described["labels"]), tags=dict(self.described["tags"]),
             taints=[eks.TaintSpec(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect=eks.TaintEffect.NO_SCHEDULE)]
             if props.taint else None,
             subnets=ec2.SubnetSelection(subnets=[props.subnet]),

@@ -1,11 +1,14 @@
 """Kubernetes manifests of the training workload, built by pure functions.
 
-Names come from content. KubeRay keeps a RayCluster's running pods when its pod template changes
-(unless upgradeStrategy is Recreate) and ignores a new spec applied to a finished clusterSelector
-RayJob, so a change must arrive as new objects: the RayCluster is named after a digest of its
-spec and of the trainer files it mounts, the run after the trainer settings and the trainer's
-content, and the RayJob after both. The same settings give the same names (a second deploy
-changes nothing and trains nothing); any change gives new ones.
+One RayJob per run, owning its RayCluster (rayClusterSpec): KubeRay creates the cluster when the
+job starts and deletes it once the job is over (shutdownAfterJobFinishes, after
+ttlSecondsAfterFinished), so the GPU nodes are paid for while a job needs them. KubeRay ignores a
+changed rayClusterSpec on a RayJob that exists ("Disregard changes in RayClusterSpec of RayJob",
+rayjob_controller.go getOrCreateRayClusterInstance), so a change must arrive as a new RayJob: the
+job is named after a digest of everything in it (pods, trainer files, options, rerun number), and
+every other object of the job (the trainer ConfigMap) after the job. The same settings give the
+same names (a second deploy changes nothing and trains nothing); any change gives new ones, and
+no two jobs share an object.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def service_account_manifest(name: str, namespace: str, automount_token: bool) -
 
 @dataclass(frozen=True)
 class RayClusterSpec:
-    name_prefix: str
-    namespace: str
+    """The pods of a job's Ray cluster."""
+
     image: str
     service_account: str
     trainer_files: dict[str, str]
@@ -134,10 +137,6 @@ class RayClusterSpec:
     def trainer_hash(self) -> str:
         return content_hash(self.trainer_files)
 
-    @property
-    def configmap_name(self) -> str:
-        return f"trainer-{self.trainer_hash}"  # a changed trainer is a new ConfigMap
-
 
 def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
     env = {
@@ -161,20 +160,23 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
     return variables
 
 
-def _volumes(spec: RayClusterSpec, worker: bool) -> tuple[list[dict], list[dict]]:
+def _volumes(spec: RayClusterSpec, worker: bool, configmap_name: str) -> list[dict]:
     volumes = [
         {"name": "trainer",
-         "configMap": {"name": spec.configmap_name,
+         "configMap": {"name": configmap_name,
                        "items": [{"key": configmap_key(p), "path": p} for p in spec.trainer_files]}},
         # Ray's object store is shared memory; the container runtime's default /dev/shm is 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib if worker else spec.head_shm_gib}Gi"}},
     ]
-    mounts = [{"name": "trainer", "mountPath": TRAINER_MOUNT, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}]
     if worker:
         # One download of the weights per pod, shared by its GPU workers.
         volumes.append({"name": "model-cache", "emptyDir": {"sizeLimit": f"{spec.model_cache_gib}Gi"}})
-        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT})
-    return volumes, mounts
+    return volumes
+
+
+def _mounts(worker: bool) -> list[dict]:
+    mounts = [{"name": "trainer", "mountPath": TRAINER_MOUNT, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    return mounts + ([{"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}] if worker else [])
 
 
 # Nothing in Ray, NCCL or EFA needs a capability or privilege escalation (EFA's memory registration
@@ -184,12 +186,11 @@ POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -> dict:
-    _, mounts = _volumes(spec, worker)
     return {
         "name": name, "image": spec.image,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "env": _env(spec, worker),
-        "volumeMounts": mounts,
+        "volumeMounts": _mounts(worker),
         "securityContext": dict(CONTAINER_SECURITY),
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
     }
@@ -203,12 +204,18 @@ def worker_resources(spec: RayClusterSpec) -> dict[str, str]:
     }
 
 
-def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
-    """The RayCluster, named `<prefix>-<digest of everything else in it and of the trainer files>`."""
-    head_volumes, _ = _volumes(spec, worker=False)
-    worker_volumes, _ = _volumes(spec, worker=True)
+# The job's pods read the Kubernetes API for nothing: KubeRay's token mode hands the Ray token over as a
+# Secret reference in an env var, which the kubelet resolves (common/pod.go SetContainerTokenAuthEnvVars),
+# and EKS Pod Identity mounts its own projected token whatever this says.
+NO_API_TOKEN = {"automountServiceAccountToken": False}
+
+
+def ray_cluster_spec(spec: RayClusterSpec, configmap_name: str) -> dict:
+    """The RayJob's rayClusterSpec: a CPU head on the system node, one GPU worker per GPU node."""
+    head_volumes = _volumes(spec, worker=False, configmap_name=configmap_name)
+    worker_volumes = _volumes(spec, worker=True, configmap_name=configmap_name)
     annotations = {"eks-fsdp-efa/trainer-hash": spec.trainer_hash}
-    body = {
+    return {
         # KubeRay makes a random token (a Secret named after the cluster, key auth_token) and hands it to
         # the head, the workers and the job submitter: Ray's job API, dashboard, client and GCS refuse
         # anyone without it (validation.go: token mode needs rayVersion 2.52.0 or later).
@@ -220,7 +227,7 @@ def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
             "template": {
                 "metadata": {"annotations": annotations},
                 "spec": {
-                    "serviceAccountName": spec.service_account,
+                    "serviceAccountName": spec.service_account, **NO_API_TOKEN,
                     "securityContext": dict(POD_SECURITY),
                     "nodeSelector": dict(SYSTEM_NODE_LABELS),
                     "containers": [_container(spec, "ray-head", {"cpu": str(spec.head_cpu), "memory": f"{spec.head_memory_gib}Gi"}, worker=False)],
@@ -236,7 +243,7 @@ def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
             "template": {
                 "metadata": {"annotations": annotations},
                 "spec": {
-                    "serviceAccountName": spec.service_account,
+                    "serviceAccountName": spec.service_account, **NO_API_TOKEN,
                     "securityContext": dict(POD_SECURITY),
                     "nodeSelector": dict(GPU_NODE_SELECTOR),
                     "tolerations": gpu_tolerations(spec.gpu_taint),
@@ -246,9 +253,29 @@ def ray_cluster_manifest(spec: RayClusterSpec) -> dict:
             },
         }],
     }
-    name = f"{spec.name_prefix}-{digest(body)}"  # the body names the ConfigMap, whose name is the trainer's digest
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": spec.namespace}, "spec": body}
+
+
+# KubeRay's default submitter (common/job.go GetSubmitterTemplate, GetDefaultSubmitterContainer): the
+# head's image, 500m CPU / 200Mi requested, 1 CPU / 1Gi limit, restartPolicy Never, and no command, so
+# that KubeRay writes its own `ray job submit` command into it (rayjob_controller.go configureSubmitterContainer).
+SUBMITTER_CONTAINER = "ray-job-submitter"
+SUBMITTER_RESOURCES = {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def submitter_pod_template(spec: RayClusterSpec) -> dict:
+    """KubeRay's default submitter pod, hardened: no privilege, no API token, on the system node."""
+    return {"spec": {
+        "restartPolicy": "Never", **NO_API_TOKEN,
+        "securityContext": dict(POD_SECURITY),
+        "nodeSelector": dict(SYSTEM_NODE_LABELS),
+        "containers": [{
+            "name": SUBMITTER_CONTAINER, "image": spec.image,
+            "resources": {k: dict(v) for k, v in SUBMITTER_RESOURCES.items()},
+            # The image's NVIDIA runtime hook fails on the CPU node unless told there is no GPU.
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+            "securityContext": dict(CONTAINER_SECURITY),
+        }],
+    }}
 
 
 def train_entrypoint(args: dict[str, object]) -> str:
@@ -264,48 +291,83 @@ def train_entrypoint(args: dict[str, object]) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+# Stands in for the deploy-time storage path and the ConfigMap's name while the job's name is digested.
+_NAMING_STORAGE = "s3://<bucket>/runs"
+_NAMING_CONFIGMAP = "<job>-trainer"
+
+
 @dataclass(frozen=True)
 class RayJobSpec:
     namespace: str
-    ray_cluster_name: str
+    cluster: RayClusterSpec
     trainer_options: dict
     """The trainer's options from the settings, plus the world size (workers)."""
-    trainer_hash: str
     storage_path: str
     """Where runs go; may hold a deploy-time token (the bucket name), so it is not part of any name."""
+    rerun: int = 0
+    """A new number is a new run of the same settings, from the start (a new run folder)."""
     cache_dir: str = MODEL_CACHE_MOUNT
     active_deadline_seconds: int = 4 * 3600
+    backoff_limit: int = 1
+    """Retries of the whole job, each on a fresh RayCluster (rayjob_controller.go checkBackoffLimitAndUpdateStatusIfNeeded)."""
     submitter_backoff_limit: int = 2
+    """Retries of the submitter pod that runs `ray job submit` (createNewK8sJob)."""
+    ttl_seconds_after_finished: int = 300
+    """How long the finished job's RayCluster (and GPU nodes) stay, so that logs can be read."""
+
+    @property
+    def trainer_hash(self) -> str:
+        return self.cluster.trainer_hash
 
     @property
     def run_name(self) -> str:
-        """What the run is: its options and the trainer's code. A rerun under it resumes its checkpoints."""
-        return f"ft-{digest([self.trainer_options, self.trainer_hash])}"
+        """What the run is: its options, the trainer's code and the rerun number. A retry or a new image
+        under the same run name resumes its checkpoints."""
+        base = f"ft-{digest([self.trainer_options, self.trainer_hash])}"
+        return f"{base}-r{self.rerun}" if self.rerun else base
 
     @property
     def name(self) -> str:
-        """The run on this cluster: a new cluster (image, pods, trainer) is a new RayJob of the same run."""
-        return f"{self.run_name}-{self.ray_cluster_name.rsplit('-', 1)[-1][:6]}"
+        """The job: its run and a digest of everything it holds, so any change is a new RayJob."""
+        return f"{self.run_name}-{digest(_job_spec(self, _NAMING_STORAGE, _NAMING_CONFIGMAP))}"
 
     @property
-    def entrypoint(self) -> str:
-        return train_entrypoint({**self.trainer_options, "storage_path": self.storage_path,
+    def configmap_name(self) -> str:
+        return f"{self.name}-trainer"
+
+    def entrypoint(self, storage_path: str | None = None) -> str:
+        return train_entrypoint({**self.trainer_options, "storage_path": storage_path or self.storage_path,
                                  "run_name": self.run_name, "cache_dir": self.cache_dir})
 
 
-def ray_job_manifest(spec: RayJobSpec) -> dict:
+def _job_spec(job: RayJobSpec, storage_path: str, configmap_name: str) -> dict:
+    return {
+        "entrypoint": job.entrypoint(storage_path),
+        "rayClusterSpec": ray_cluster_spec(job.cluster, configmap_name),
+        "submissionMode": "K8sJobMode",
+        # The RayCluster goes when the job is over, after the TTL (rayjob_controller.go handleShutdownAfterJobFinishes);
+        # the finished submitter Job stays, with the driver's log.
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": job.active_deadline_seconds,
+        # Allowed now that the job owns its cluster (validation.go ValidateRayJobSpec refuses it only with a
+        # clusterSelector): a failed job is retried on a new RayCluster, resuming from the run's checkpoints.
+        "backoffLimit": job.backoff_limit,
+        "submitterConfig": {"backoffLimit": job.submitter_backoff_limit},
+        "submitterPodTemplate": submitter_pod_template(job.cluster),
+    }
+
+
+def ray_job_manifest(job: RayJobSpec) -> dict:
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": spec.name, "namespace": spec.namespace,
-                     "labels": {"eks-fsdp-efa/run": spec.run_name},
-                     "annotations": {"eks-fsdp-efa/trainer-hash": spec.trainer_hash}},
-        "spec": {
-            "entrypoint": spec.entrypoint,
-            "clusterSelector": {"ray.io/cluster": spec.ray_cluster_name},
-            "submissionMode": "K8sJobMode",
-            "activeDeadlineSeconds": spec.active_deadline_seconds,
-            # spec.backoffLimit is refused with clusterSelector (validation.go ValidateRayJobSpec);
-            # the submitter Job's retries are what KubeRay honours here (createNewK8sJob).
-            "submitterConfig": {"backoffLimit": spec.submitter_backoff_limit},
-        },
+        "metadata": {"name": job.name, "namespace": job.namespace,
+                     "labels": {"eks-fsdp-efa/run": job.run_name},
+                     "annotations": {"eks-fsdp-efa/trainer-hash": job.trainer_hash}},
+        "spec": _job_spec(job, job.storage_path, job.configmap_name),
     }
+
+
+def job_configmap(job: RayJobSpec) -> dict:
+    """The trainer files of this job, under the job's name."""
+    return trainer_configmap(job.configmap_name, job.namespace, job.cluster.trainer_files)

@@ -1,16 +1,16 @@
-"""Namespace, checkpoint bucket with pod access, the trainer with its RayCluster, and the RayJob.
+"""Namespace, checkpoint bucket with pod access, and the run: one RayJob that owns its RayCluster.
 
-How a second deploy behaves follows from two facts. aws-cdk-lib's kubectl handler applies an
-updated manifest with `kubectl apply --prune`, and kubectl prunes only its built-in kinds (a
-ConfigMap, not a RayCluster or a RayJob); KubeRay keeps a RayCluster's running pods when its pod
-template changes and ignores a new spec on a finished clusterSelector RayJob. So the trainer's
-ConfigMap and the RayCluster that mounts it are one manifest resource whose construct id carries
-the cluster's digest, and the RayJob one whose id carries its name: any change to them is a new
-CloudFormation resource. CloudFormation creates the new objects, then deletes the old ones in its
-cleanup phase (the old RayJob first, whose finalizer stops its Ray job, then the old RayCluster
-with its ConfigMap), so running pods never lose the trainer files they mount. The new workers
-schedule once the old ones have freed the GPU nodes, and KubeRay submits the new job only when the
-new RayCluster is ready.
+How a second deploy behaves follows from three facts. KubeRay ignores a changed rayClusterSpec on a
+RayJob that exists (rayjob_controller.go getOrCreateRayClusterInstance), so a change must be a new
+RayJob: its name is a digest of everything in it. aws-cdk-lib's kubectl handler deletes a manifest
+resource's objects with the resource, so two resources carrying an object of one name would delete
+each other's (or, created with `kubectl create`, fail the deploy and leave what they made behind);
+so nothing of one job carries another job's name: the trainer ConfigMap is named after its job. And
+the job and its ConfigMap are one manifest resource
+whose construct id carries the job's name, so a changed job is a new CloudFormation resource:
+CloudFormation creates the new objects, then deletes the old ones in its cleanup phase (the old
+RayJob, whose finalizer stops its Ray job and whose RayCluster goes with it, and its ConfigMap).
+The new job's workers schedule once the old ones have freed the GPU nodes.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class TrainingWorkloadProps:
     trainer_options: dict
     """The trainer's options (stacks.settings.trainer_options); storage path, run name and cache are added here."""
     requires: Sequence[IDependable] = ()
-    """What must run before the RayCluster: device plugins (GPU and EFA resources) and KubeRay (CRDs)."""
+    """What must run before the RayJob: device plugins (GPU and EFA resources) and KubeRay (CRDs)."""
     gpu_taint: bool = True
     namespace: str = "training"
     service_account: str = "ray"
@@ -84,9 +84,12 @@ class TrainingWorkloadProps:
     region: str | None = None
     ray_version: str = "2.58.0"
     hf_token_secret: str | None = None
-    ray_cluster_prefix: str = "fsdp"
+    rerun: int = 0
+    """Part of the run's and the job's names: a new number trains the same settings again, from the start."""
     active_deadline_seconds: int = 4 * 3600
+    backoff_limit: int = 1
     submitter_backoff_limit: int = 2
+    ttl_seconds_after_finished: int = 300
     bucket_auto_delete: bool = False
     noncurrent_checkpoint_days: int = 7
     kuberay_feature_gates: dict[str, bool] = field(default_factory=dict)
@@ -107,9 +110,11 @@ class TrainingWorkload(Construct):
             self, "Namespace", cluster=cluster, overwrite=True,
             manifest=[rm.namespace_manifest(props.namespace, props.kubernetes_version),
                       rm.service_account_manifest("default", props.namespace, automount_token=False),
-                      # Kept for EKS Pod Identity, which authenticates the pods with a service-account
-                      # token; the account has no RBAC binding, so the token reads nothing in the API.
-                      rm.service_account_manifest(props.service_account, props.namespace, automount_token=True),
+                      # No API token: Ray reads nothing in the Kubernetes API. EKS Pod Identity still works,
+                      # its webhook mounting its own projected token (audience pods.eks.amazonaws.com) into
+                      # every pod of an associated account, whatever automountServiceAccountToken says
+                      # (amazon-eks-pod-identity-webhook, pkg/handler/handler.go getPodSpecPatch).
+                      rm.service_account_manifest(props.service_account, props.namespace, automount_token=False),
                       *training_network_policies(props.namespace, props.operator_namespace)])
         self._add_bucket(props)
         self.role = pod_identity_role(self, "RayRole", props.cluster_name, props.namespace, props.service_account)
@@ -119,38 +124,41 @@ class TrainingWorkload(Construct):
         grant_checkpoint_access(self.bucket, self.role)
 
         files = rm.trainer_files(props.trainer_package or TRAINER_PACKAGE)
-        cluster_spec = rm.RayClusterSpec(
-            name_prefix=props.ray_cluster_prefix, namespace=props.namespace, image=props.image,
-            service_account=props.service_account, trainer_files=files,
+        pods = rm.RayClusterSpec(
+            image=props.image, service_account=props.service_account, trainer_files=files,
             worker_replicas=props.worker_replicas, gpus_per_worker=props.gpus_per_worker,
             efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
             memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
             ray_version=props.ray_version, region=props.region, hf_token_secret=props.hf_token_secret,
         )
-        self.ray_cluster_manifest = rm.ray_cluster_manifest(cluster_spec)
-        self.ray_cluster_name = self.ray_cluster_manifest["metadata"]["name"]
-        self.configmap_manifest = rm.trainer_configmap(cluster_spec.configmap_name, props.namespace, files)
         self.job_spec = rm.RayJobSpec(
-            namespace=props.namespace, ray_cluster_name=self.ray_cluster_name, trainer_options=dict(props.trainer_options),
-            trainer_hash=cluster_spec.trainer_hash, storage_path=f"s3://{self.bucket.bucket_name}/runs",
-            active_deadline_seconds=props.active_deadline_seconds, submitter_backoff_limit=props.submitter_backoff_limit,
+            namespace=props.namespace, cluster=pods, trainer_options=dict(props.trainer_options),
+            storage_path=f"s3://{self.bucket.bucket_name}/runs", rerun=props.rerun,
+            active_deadline_seconds=props.active_deadline_seconds, backoff_limit=props.backoff_limit,
+            submitter_backoff_limit=props.submitter_backoff_limit,
+            ttl_seconds_after_finished=props.ttl_seconds_after_finished,
         )
         self.ray_job_manifest = rm.ray_job_manifest(self.job_spec)
+        self.configmap_manifest = rm.job_configmap(self.job_spec)
         self._check_with_kuberay(props)
 
-        # One resource for the trainer and the cluster that mounts it; its id changes with them.
-        self.ray_cluster = eks.KubernetesManifest(
-            self, f"RayCluster-{self.ray_cluster_name}", cluster=cluster,
-            manifest=[self.configmap_manifest, self.ray_cluster_manifest])
-        self.ray_cluster.node.add_dependency(self.namespace, self.pod_identity, cluster.eks_pod_identity_agent,
-                                             *props.requires)
+        # One resource for the job and everything named after it; its id changes with the job. Applied, not
+        # created: a name is a digest of the job's content, so an object of that name left by a failed deploy
+        # is this very job, and applying it again is what a retry of the deploy should do.
         self.ray_job = eks.KubernetesManifest(
-            self, f"RayJob-{self.job_spec.name}", cluster=cluster, manifest=[self.ray_job_manifest])
-        self.ray_job.node.add_dependency(self.ray_cluster)
+            self, f"RayJob-{self.job_spec.name}", cluster=cluster, overwrite=True,
+            manifest=[self.configmap_manifest, self.ray_job_manifest])
+        self.ray_job.node.add_dependency(self.namespace, self.pod_identity, cluster.eks_pod_identity_agent,
+                                         *props.requires)
 
     @property
     def run_name(self) -> str:
         return self.job_spec.run_name
+
+    @property
+    def worker_pod(self) -> dict:
+        """The GPU worker's pod spec, as KubeRay creates it from the job."""
+        return self.ray_job_manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
 
     @property
     def job_name(self) -> str:
@@ -173,6 +181,6 @@ class TrainingWorkload(Construct):
     def _check_with_kuberay(self, props: TrainingWorkloadProps) -> None:
         """Refuse at synth what KubeRay's controller would refuse after `cdk deploy` reported success.
         Settings cannot cause this (they are validated first), so a violation here is a bug of ours."""
-        found = kuberay_rules.violations([self.ray_cluster_manifest, self.ray_job_manifest], props.kuberay_feature_gates)
+        found = kuberay_rules.violations([self.ray_job_manifest], props.kuberay_feature_gates)
         if found:
             raise ValueError("; ".join(v.line() for v in found))

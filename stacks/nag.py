@@ -15,6 +15,8 @@ _REQUIRED_MANAGED_POLICIES = [
     "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
     # the VPC CNI's own Pod Identity role (aws-node), not the nodes'
     "Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKS_CNI_Policy",
+    # the CloudWatch agent's own Pod Identity role (amazon-cloudwatch-observability): logs and metrics out
+    "Policy::arn:<AWS::Partition>:iam::aws:policy/CloudWatchAgentServerPolicy",
     # the kubectl handler and custom-resource Lambdas: their logs and their ENIs in the VPC
     "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
     "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
@@ -29,7 +31,8 @@ def add_nag_suppressions(stack: Stack, cluster: eks.Cluster) -> None:
                 id="AwsSolutions-IAM4",
                 reason="EKS requires these AWS-managed policies: the cluster role (AmazonEKSClusterPolicy), the node "
                 "roles (AmazonEKSWorkerNodePolicy, AmazonEC2ContainerRegistryPullOnly), the VPC CNI's Pod Identity role "
-                "(AmazonEKS_CNI_Policy) and the Lambda roles (basic execution, VPC access); no other managed policy.",
+                "(AmazonEKS_CNI_Policy), the CloudWatch agent's Pod Identity role (CloudWatchAgentServerPolicy) and the "
+                "Lambda roles (basic execution, VPC access); no other managed policy.",
                 applies_to=_REQUIRED_MANAGED_POLICIES,
             ),
         ],

@@ -123,11 +123,17 @@ class TrainingSettings:
     """Kubernetes Secret (in the training namespace, key `token`) whose value becomes HF_TOKEN in the
     Ray pods, for gated models; the value never appears in the template. Create it after the namespace."""
     active_deadline_seconds: int = 4 * 3600
-    """KubeRay marks the RayJob Failed after this long. It stops nothing: the pods and the GPU
-    nodes keep running and billing until `make destroy` (rayjob_controller.go)."""
-    backoff_limit: int = 2
-    """Retries of the submitter pod that runs `ray job submit` (the RayJob's submitterConfig.backoffLimit;
-    its spec.backoffLimit is refused with a clusterSelector). Training retries are max_failures."""
+    """KubeRay fails the RayJob after this long (no retry: backoff_limit skips DeadlineExceeded); its
+    RayCluster then goes after ttl_seconds_after_finished, and the GPU nodes after the scale-down delay."""
+    backoff_limit: int = 1
+    """Retries of the whole job, each on a fresh RayCluster (the RayJob's spec.backoffLimit); each retry
+    resumes from the run's newest checkpoint. Retries inside one cluster are max_failures."""
+    submitter_backoff_limit: int = 2
+    """Retries of the submitter pod that runs `ray job submit` (the RayJob's submitterConfig.backoffLimit)."""
+    ttl_seconds_after_finished: int = 300
+    """Seconds the finished job's RayCluster (and so its GPU nodes) stays for reading logs before KubeRay deletes it."""
+    rerun: int = 0
+    """Train the same settings again from the start: a new number is a new run folder and a new RayJob."""
     checkpoint_bucket_auto_delete: bool = False
     """Delete the checkpoint bucket and its objects on `cdk destroy` (default: retain it)."""
 
@@ -174,6 +180,11 @@ class Settings:
     """Number of GPU nodes, one Ray worker pod each (taking all of the node's GPUs)."""
     gpu_node_disk_gib: int = 200
     """Encrypted gp3 root volume of each GPU node; the training image is large."""
+    gpu_scale_to_zero: bool = True
+    """GPU nodes start when a job's workers wait for them and stop after it (Cluster Autoscaler, 0 to
+    gpu_node_count nodes); false keeps gpu_node_count nodes running from deploy to destroy."""
+    gpu_scale_down_delay_minutes: int = 5
+    """Minutes a GPU node stays without a Ray worker before the autoscaler removes it."""
     gpu_node_taint: bool = True
     """Taint GPU nodes nvidia.com/gpu=true:NoSchedule so only GPU workloads land there."""
     capacity_reservation_id: str | None = None
@@ -406,6 +417,8 @@ def validate(s: Settings) -> None:
     _require(50 <= s.system_node_disk_gib <= 16384,
              f"system_node_disk_gib: {s.system_node_disk_gib} must be between 50 and 16384 (the Ray image alone is tens of GiB)")
     _require(1 <= s.gpu_node_count <= 64, f"gpu_node_count: {s.gpu_node_count} must be between 1 and 64")
+    _require(1 <= s.gpu_scale_down_delay_minutes <= 1440,
+             f"gpu_scale_down_delay_minutes: {s.gpu_scale_down_delay_minutes} must be between 1 and 1440")
     _require(100 <= s.gpu_node_disk_gib <= 16384,
              f"gpu_node_disk_gib: {s.gpu_node_disk_gib} must be between 100 and 16384 (the training image alone is tens of GiB)")
     _require(s.capacity_reservation_id is None
@@ -521,7 +534,7 @@ def _validate_instance(s: Settings) -> None:
 
 
 def _validate_training(s: Settings) -> None:
-    from cdk_constructs.ray_manifests import RayJobSpec
+    from cdk_constructs.ray_manifests import RayClusterSpec, RayJobSpec
     from training.config import ConfigError, parse_args
 
     t = s.training
@@ -532,7 +545,13 @@ def _validate_training(s: Settings) -> None:
     # Narrower than the trainer (-1 is unlimited there): on a cluster, endless restarts bill endlessly.
     _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
     _require(0 <= t.backoff_limit <= 10, f"training.backoff_limit: {t.backoff_limit} must be between 0 and 10 "
-             "(submitter retries; training retries are training.max_failures)")
+             "(retries of the whole job on a new cluster; retries inside one are training.max_failures)")
+    _require(0 <= t.submitter_backoff_limit <= 10,
+             f"training.submitter_backoff_limit: {t.submitter_backoff_limit} must be between 0 and 10")
+    _require(0 <= t.ttl_seconds_after_finished <= 86400,
+             f"training.ttl_seconds_after_finished: {t.ttl_seconds_after_finished} must be between 0 and 86400 "
+             "(the finished job's cluster and GPU nodes bill meanwhile)")
+    _require(0 <= t.rerun <= 999, f"training.rerun: {t.rerun} must be between 0 and 999")
     ray = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", t.ray_version)
     _require(ray is not None and tuple(map(int, ray.groups())) >= (2, 52, 0),
              f"training.ray_version: {t.ray_version!r} must be the image's Ray version, 2.52.0 or later "
@@ -541,13 +560,27 @@ def _validate_training(s: Settings) -> None:
              f"training.hf_token_secret: {t.hf_token_secret!r} must be a Kubernetes Secret name (lower-case letters, digits, '-', '.')")
     # The trainer's own parser and validation, on the command line the RayJob will run; the bucket's
     # name exists only at deploy, and the names (digests) do not change what the trainer accepts.
-    job = RayJobSpec(namespace="training", ray_cluster_name="fsdp-0", trainer_options=trainer_options(s),
-                     trainer_hash="0", storage_path="s3://checkpoint-bucket/runs")
+    pods = RayClusterSpec(image=t.image, service_account="ray", trainer_files={}, worker_replicas=1, gpus_per_worker=1,
+                          efa_per_worker=1, cpu_per_worker=1, memory_gib_per_worker=1)
+    job = RayJobSpec(namespace="training", cluster=pods, trainer_options=trainer_options(s),
+                     storage_path="s3://checkpoint-bucket/runs")
     try:
-        parse_args(shlex.split(job.entrypoint)[3:])
+        parse_args(shlex.split(job.entrypoint())[3:])
     except ConfigError as error:
         option, _, rest = str(error).partition(": ")
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
+
+
+def reproducibility_warnings(s: Settings) -> list[tuple[str, str]]:
+    """(id, text) of the synth warnings about settings that make a re-run differ from the run."""
+    t, found = s.training, []
+    if not image_is_pinned(t.image):
+        found.append(("eks-fsdp-efa:unpinned-image",
+                      f"training.image {t.image} is a moving tag; pin vX.Y.Z or a digest for reproducible runs."))
+    if is_hub_model(t.model) and not t.model_revision:
+        found.append(("eks-fsdp-efa:unpinned-model", f"training.model {t.model} has no model_revision; pin a commit "
+                      "hash so that a re-run loads the same weights."))
+    return found
 
 
 def is_hub_model(model: str) -> bool:

@@ -6,16 +6,19 @@ from aws_cdk import Annotations, CfnOutput, Environment, Stack, Tags
 from constructs import Construct
 
 from cdk_constructs.cluster import EksCluster, EksClusterProps
+from cdk_constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerProps
 from cdk_constructs.device_plugins import DevicePlugins, DevicePluginsProps
 from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
 from cdk_constructs.kuberay import KubeRayOperator, KubeRayOperatorProps
 from cdk_constructs.log_groups import RETENTION_DAYS, LambdaLogGroups, logs_encryption_key
 from cdk_constructs.network import Network, NetworkProps
 from cdk_constructs.node_groups import GpuNodeGroup, GpuNodeGroupProps, SystemNodeGroup, SystemNodeGroupProps
+from cdk_constructs.observability import Observability, ObservabilityProps
 from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadProps
 from cdk_constructs.vpc_cni import VpcCni, VpcCniProps
 from stacks.nag import add_nag_suppressions
-from stacks.settings import Settings, access_entry_principal, image_is_pinned, is_hub_model, trainer_options
+from stacks.outputs import job_outputs
+from stacks.settings import Settings, access_entry_principal, reproducibility_warnings, trainer_options
 
 
 class EfaTrainingStack(Stack):
@@ -23,8 +26,7 @@ class EfaTrainingStack(Stack):
         super().__init__(
             scope, id,
             env=Environment(account=settings.account, region=settings.region),
-            description="EKS + EFA + Ray Train FSDP fine-tuning of Qwen2.5 (eks-fsdp-efa)",
-        )
+            description="EKS + EFA + Ray Train FSDP fine-tuning of Qwen2.5 (eks-fsdp-efa)")
         self.settings = settings
         self.log_retention = RETENTION_DAYS[settings.log_retention_days]
         self.logs_key = logs_encryption_key(self, "LogsKey")
@@ -33,6 +35,8 @@ class EfaTrainingStack(Stack):
         self._add_node_groups()
         self._add_cluster_software()
         self._add_training()
+        self._add_autoscaler()
+        self._add_observability()
         self._add_outputs()
         self._add_log_retention()
         for key, value in settings.tags.items():
@@ -49,8 +53,7 @@ class EfaTrainingStack(Stack):
         self.network = Network(
             self, "Network",
             NetworkProps(availability_zones=s.availability_zones, cidr=s.vpc_cidr, nat_gateways=s.nat_gateways,
-                         flow_log_retention=self.log_retention, log_encryption_key=self.logs_key),
-        )
+                         flow_log_retention=self.log_retention, log_encryption_key=self.logs_key))
 
     def _add_cluster(self) -> None:
         s = self.settings
@@ -61,9 +64,7 @@ class EfaTrainingStack(Stack):
                 vpc=self.network.vpc, cluster_name=s.eks_cluster_name, kubernetes_version=s.kubernetes_version,
                 endpoint_access=s.endpoint_access, endpoint_public_cidrs=s.endpoint_public_cidrs or (),
                 admin_principal_arn=admin_arn, admin_principal_note=admin_note, log_retention=self.log_retention,
-                log_encryption_key=self.logs_key,
-            ),
-        )
+                log_encryption_key=self.logs_key))
         self.cluster = self.eks.cluster
         self.vpc_cni = VpcCni(self, "VpcCni", VpcCniProps(cluster=self.cluster, cluster_name=s.eks_cluster_name))
 
@@ -73,8 +74,7 @@ class EfaTrainingStack(Stack):
             self, "System",
             SystemNodeGroupProps(cluster=self.cluster, instance_type=s.system_instance_type,
                                  node_count=s.system_node_count, disk_gib=s.system_node_disk_gib,
-                                 requires=(self.vpc_cni.addon,)),
-        )
+                                 requires=(self.vpc_cni.addon,)))
         self.gpu_nodes = GpuNodeGroup(
             self, "Gpu",
             GpuNodeGroupProps(
@@ -86,30 +86,22 @@ class EfaTrainingStack(Stack):
                 taint=s.gpu_node_taint,
                 placement_group=s.use_placement_group,
                 capacity_reservation_id=s.capacity_reservation_id,
-                requires=(self.vpc_cni.addon,),
-            ),
-        )
+                scale_to_zero=s.gpu_scale_to_zero,
+                requires=(self.vpc_cni.addon,)))
 
     def _add_cluster_software(self) -> None:
         s = self.settings
         self.device_plugins = DevicePlugins(
             self, "DevicePlugins",
             DevicePluginsProps(cluster=self.cluster, gpu_instance_type=s.gpu_instance_type, gpu_taint=s.gpu_node_taint,
-                               requires=(self.gpu_nodes.nodegroup,)),
-        )
+                               requires=(self.gpu_nodes.nodegroup,)))
         self.kuberay = KubeRayOperator(
             self, "KubeRay", KubeRayOperatorProps(cluster=self.cluster, requires=(self.system_nodes.nodegroup,)))
 
     def _add_training(self) -> None:
         s, t = self.settings, self.settings.training
-        if not image_is_pinned(t.image):
-            Annotations.of(self).add_warning_v2(
-                "eks-fsdp-efa:unpinned-image",
-                f"training.image {t.image} is a moving tag; pin vX.Y.Z or a digest for reproducible runs.")
-        if is_hub_model(t.model) and not t.model_revision:
-            Annotations.of(self).add_warning_v2(
-                "eks-fsdp-efa:unpinned-model",
-                f"training.model {t.model} has no model_revision; pin a commit hash so that a re-run loads the same weights.")
+        for key, text in reproducibility_warnings(s):
+            Annotations.of(self).add_warning_v2(key, text)
         spec = INSTANCE_TYPES[s.gpu_instance_type]
         pod = worker_pod_resources(spec)
         self.training = TrainingWorkload(
@@ -119,27 +111,35 @@ class EfaTrainingStack(Stack):
                 gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
                 cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
                 trainer_options=trainer_options(s), requires=(self.kuberay, self.device_plugins),
-                active_deadline_seconds=t.active_deadline_seconds, submitter_backoff_limit=t.backoff_limit,
+                rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+                submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished,
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,
                 kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,
-                hf_token_secret=t.hf_token_secret,
-            ),
-        )
+                hf_token_secret=t.hf_token_secret))
+
+    def _add_autoscaler(self) -> None:
+        s = self.settings
+        if not s.gpu_scale_to_zero:
+            return
+        self.autoscaler = ClusterAutoscaler(
+            self, "ClusterAutoscaler",
+            ClusterAutoscalerProps(cluster=self.cluster, cluster_name=s.eks_cluster_name, region=s.region,
+                                   gpu_nodegroup=self.gpu_nodes.nodegroup, gpu_instance=self.gpu_nodes.spec,
+                                   gpu_nodegroup_described=self.gpu_nodes.described,
+                                   pending_pod=self.training.worker_pod, kubernetes_version=s.kubernetes_version,
+                                   scale_down_delay_minutes=s.gpu_scale_down_delay_minutes,
+                                   requires=(self.system_nodes.nodegroup,)))
+
+    def _add_observability(self) -> None:
+        self.observability = Observability(self, "Observability", ObservabilityProps(
+            cluster=self.cluster, cluster_name=self.settings.eks_cluster_name, retention=self.log_retention,
+            encryption_key=self.logs_key, requires=(self.system_nodes.nodegroup,)))
 
     def _add_outputs(self) -> None:
         w = self.training
-        ns, job = w.props.namespace, w.job_name
-        CfnOutput(self, "Kubeconfig", value=f"aws eks update-kubeconfig --region {self.region} --name {self.cluster.cluster_name}")
-        CfnOutput(self, "JobStatus", value=f"kubectl -n {ns} get rayjob {job} -o wide")
-        CfnOutput(self, "JobLogs", value=f"kubectl -n {ns} logs -f job/{job}")
-        CfnOutput(self, "Dashboard", value=f"kubectl -n {ns} port-forward service/{w.ray_cluster_name}-head-svc 8265:8265")
-        CfnOutput(self, "CheckpointBucket", value=w.bucket.bucket_name)
-        CfnOutput(self, "RunPath", value=f"s3://{w.bucket.bucket_name}/runs/{w.run_name}")
-        # Read by `make watch` and `make destroy` (tools/watch.py, tools/teardown.py).
-        CfnOutput(self, "ClusterName", value=self.cluster.cluster_name)
-        CfnOutput(self, "Namespace", value=ns)
-        CfnOutput(self, "RayClusterName", value=w.ray_cluster_name)
-        CfnOutput(self, "RayJobName", value=job)
+        for key, value in job_outputs(self.region, self.cluster.cluster_name, w.props.namespace, w.job_name,
+                                      w.bucket.bucket_name, w.run_name).items():
+            CfnOutput(self, key, value=value)
 
     def _add_log_retention(self) -> None:
         # Last: the Lambda functions of aws-cdk-lib's providers exist once everything else is built.

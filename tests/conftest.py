@@ -55,9 +55,9 @@ STORAGE_PLACEHOLDER = "s3://checkpoint-bucket/runs"
 
 
 def pure_workload(**overrides) -> dict[str, dict]:
-    """The default deployment's RayCluster, trainer ConfigMap and RayJob, built by the same pure
-    functions and from the same settings as the stack, without synthesis (so they are checked under
-    `make mutation` too); test_cluster_software proves them equal to the synthesized ones."""
+    """The default deployment's RayJob and trainer ConfigMap, built by the same pure functions and from
+    the same settings as the stack, without synthesis (so they are checked under `make mutation` too);
+    test_cluster_software proves them equal to the synthesized ones."""
     from cdk_constructs import ray_manifests as rm
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from cdk_constructs.training_workload import TRAINER_PACKAGE
@@ -69,18 +69,16 @@ def pure_workload(**overrides) -> dict[str, dict]:
     files = rm.trainer_files(TRAINER_PACKAGE)
     if UNDER_MUTATION:  # mutmut's copies of the trainer modules hold every mutant: far past a ConfigMap's 1 MiB
         files = {path: f"# {path}\n" for path in files}
-    spec = rm.RayClusterSpec(
-        name_prefix="fsdp", namespace="training", image=t.image, service_account="ray", trainer_files=files,
+    pods = rm.RayClusterSpec(
+        image=t.image, service_account="ray", trainer_files=files,
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
         ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret)
-    cluster = rm.ray_cluster_manifest(spec)
-    job = rm.ray_job_manifest(rm.RayJobSpec(
-        namespace="training", ray_cluster_name=cluster["metadata"]["name"], trainer_options=trainer_options(s),
-        trainer_hash=spec.trainer_hash, storage_path=STORAGE_PLACEHOLDER,
-        active_deadline_seconds=t.active_deadline_seconds, submitter_backoff_limit=t.backoff_limit))
-    return {"RayCluster": cluster, "ConfigMap": rm.trainer_configmap(spec.configmap_name, "training", files),
-            "RayJob": job}
+    job = rm.RayJobSpec(
+        namespace="training", cluster=pods, trainer_options=trainer_options(s), storage_path=STORAGE_PLACEHOLDER,
+        rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+        submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished)
+    return {"RayJob": rm.ray_job_manifest(job), "ConfigMap": rm.job_configmap(job)}
 
 
 def resources_of(template: Template, resource_type: str) -> dict[str, dict]:

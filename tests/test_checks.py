@@ -37,14 +37,36 @@ def test_cdk_nag_aws_solutions_has_no_unsuppressed_findings(variant):
     assert findings == []
 
 
-def test_review_prices_the_reference_deployment_at_about_9_50_per_hour(template):
+def _idle(lines: list[str]) -> str:
+    return next(line for line in lines if line.startswith("idle cost"))
+
+
+def test_review_prices_the_idle_deployment_without_gpu_nodes(template):
+    """On-demand list prices: EKS $0.10 + 1 x m7i.xlarge $0.2016 + 1 NAT gateway $0.045 = $0.3466/h."""
     lines = review_lines(template.to_json())
-    cost = next(line for line in lines if line.startswith("estimated on-demand cost"))
-    dollars = float(cost.split("$")[1].split("/")[0])
-    assert 9.0 <= dollars <= 10.0
-    assert any("2 x g6.12xlarge" in line and "AZ us-east-2a" in line for line in lines)
+    assert _idle(lines).startswith("idle cost (no job running): $0.35/hour ($8/day;")
+    assert any("0 to 2 (autoscaled) x g6.12xlarge" in line and "AZ us-east-2a" in line
+               and "$9.20/h while a job runs" in line for line in lines)  # 2 x $4.6016
+
+
+def test_review_prices_fixed_gpu_nodes_as_idle():
+    """$0.3466 + 2 x g6.12xlarge $4.6016 = $9.5498/h."""
+    lines = review_lines(template_for(gpu_scale_to_zero=False).to_json())
+    assert _idle(lines).startswith("idle cost (no job running): $9.55/hour")
+    assert "per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost" in lines
 
 
 def test_review_follows_overrides():
     lines = review_lines(template_for(gpu_node_count=4).to_json())
-    assert any("4 x g6.12xlarge" in line for line in lines)
+    assert any("0 to 4 (autoscaled) x g6.12xlarge" in line for line in lines)
+
+
+def test_per_run_cost_counts_the_gpu_nodes_from_start_to_removal(template, monkeypatch):
+    """A worked example: a 10-minute training, start 180 s + 12 GiB at 150 MiB/s (81.92 s), TTL 300 s,
+    scale-down 300 s: 1461.92 s of 2 x $4.6016/h = $3.74."""
+    import tools.review as review
+
+    monkeypatch.setattr(review, "training_estimate", lambda t: ("training: ...", type("E", (), {"run_s": 600.0})()))
+    [start, run] = review.job_cost_lines(template.to_json(), 2 * 4.6016)
+    assert start.startswith("deploy to first step: ~4 min after the stack is up")
+    assert run.startswith("per run: ~$3.74 of GPU nodes ($9.20/h for ~24 min: start ~4 + training ~10 + TTL 5 + scale-down 5)")

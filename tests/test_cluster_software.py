@@ -95,9 +95,16 @@ def validate_against_crd(manifest: dict) -> None:
     assert unknown_fields(manifest, schema) == []
 
 
+def ray_cluster_of(job: dict) -> dict:
+    """The RayCluster KubeRay makes from a RayJob (rayjob_controller.go constructRayClusterForRayJob)."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": job["metadata"]["name"] + "-x7k2p", "namespace": job["metadata"]["namespace"]},
+            "spec": job["spec"]["rayClusterSpec"]}
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    return pure_workload()["RayCluster"]
+    return ray_cluster_of(pure_workload()["RayJob"])
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +123,18 @@ def test_ray_job_matches_kuberay_crd():
     validate_against_crd(pure_workload()["RayJob"])
 
 
+@pytest.mark.parametrize("part", ["head", "worker", "submitter"])
+def test_the_pods_kuberay_makes_from_the_job_are_valid_kubernetes_1_36_pods(part):
+    """The CRD leaves pod templates to Kubernetes: checked here as the Pods KubeRay will create."""
+    job = pure_workload()["RayJob"]["spec"]
+    template = {"head": job["rayClusterSpec"]["headGroupSpec"]["template"],
+                "worker": job["rayClusterSpec"]["workerGroupSpecs"][0]["template"],
+                "submitter": job["submitterPodTemplate"]}[part]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **template.get("metadata", {})},
+           "spec": template["spec"]}
+    kubernetes_validate.validate(pod, "1.36", strict=True)
+
+
 def test_the_stacks_workload_is_what_the_pure_builders_make(template):
     """The tests on pure_workload() (which also run under `make mutation`) speak for the synthesized stack."""
     def without_prune_label(manifest: dict) -> dict:  # aws-cdk-lib's kubectl handler adds it
@@ -123,7 +142,6 @@ def test_the_stacks_workload_is_what_the_pure_builders_make(template):
         return manifest | {"metadata": manifest["metadata"] | ({"labels": labels} if labels else {})}
 
     built = pure_workload()
-    assert without_prune_label(manifest_of(template, "RayCluster")) == built["RayCluster"]
     assert without_prune_label(manifest_of(template, "ConfigMap", built["ConfigMap"]["metadata"]["name"])) == built["ConfigMap"]
     synthesized_job = without_prune_label(manifest_of(template, "RayJob"))
     # The bucket's name is a deploy-time token (shell-quoted in the entrypoint); the rest must be identical.
@@ -242,11 +260,12 @@ def test_configmap_over_limit_is_refused():
         rm.trainer_configmap("t", "ns", {"training/big.py": "#" * (1024 * 1024)})
 
 
-def test_configmap_and_the_ray_cluster_that_mounts_it_are_one_resource(template):
+def test_the_job_and_its_configmap_are_one_resource_and_no_raycluster_stands_alone(template):
     [resource] = [r for r in resources_of(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
-                  if '\\"kind\\":\\"RayCluster\\"' in json.dumps(r["Properties"]["Manifest"])]
+                  if '\\"kind\\":\\"RayJob\\"' in json.dumps(r["Properties"]["Manifest"])]
     kinds = [m["kind"] for m in json.loads(resolve(resource["Properties"]["Manifest"]))]
-    assert kinds == ["ConfigMap", "RayCluster"]
+    assert kinds == ["ConfigMap", "RayJob"]
+    assert not [m for m in manifests(template) if m["kind"] == "RayCluster"]
 
 
 # ------------------------------------------------------------------ RayCluster
@@ -279,7 +298,7 @@ def test_worker_requests_equal_limits_with_table_gpus_and_efa(worker):
 
 
 def test_p5_workers_get_8_gpus_and_32_efa():
-    worker = manifest_of(template_for(gpu_instance_type="p5.48xlarge"), "RayCluster")["spec"]["workerGroupSpecs"][0]
+    worker = manifest_of(template_for(gpu_instance_type="p5.48xlarge"), "RayJob")["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     limits = worker["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == ("8", "32")
 
@@ -303,9 +322,10 @@ def test_worker_has_memory_backed_shm_cache_and_prestop(worker):
 # ------------------------------------------------------------------ RayJob and bucket
 
 
-def test_ray_job_trains_with_settings_on_the_cluster(template, cluster):
+def test_ray_job_owns_its_cluster_and_trains_with_settings(template):
     job = manifest_of(template, "RayJob")["spec"]
-    assert job["clusterSelector"] == {"ray.io/cluster": cluster["metadata"]["name"]}
+    assert "clusterSelector" not in job and job["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] == 2
+    assert (job["shutdownAfterJobFinishes"], job["ttlSecondsAfterFinished"]) == (True, 300)
     assert job["activeDeadlineSeconds"] == 4 * 3600
     argv = shlex.split(job["entrypoint"])
     assert argv[:3] == ["python", "-m", "training.train"]
@@ -315,14 +335,15 @@ def test_ray_job_trains_with_settings_on_the_cluster(template, cluster):
     assert options["--storage-path"].startswith("s3://") and "--require-efa" in argv
 
 
-def test_ray_job_retries_through_the_submitter_not_spec_backoff_limit(template):
-    """validation.go ValidateRayJobSpec refuses spec.backoffLimit > 0 with a clusterSelector (KubeRay >= 1.6);
-    the setting maps to the submitter Job's backoffLimit (rayjob_controller.go createNewK8sJob)."""
+def test_ray_job_retries_on_a_new_cluster_and_the_submitter_on_its_own(template):
+    """spec.backoffLimit: the whole job again on a fresh RayCluster (rayjob_controller.go
+    checkBackoffLimitAndUpdateStatusIfNeeded); submitterConfig.backoffLimit: the submitter Job (createNewK8sJob)."""
     job = manifest_of(template, "RayJob")["spec"]
-    assert "backoffLimit" not in job
-    assert job["submitterConfig"] == {"backoffLimit": 2}
-    changed = manifest_of(template_for(training={"backoff_limit": 0}), "RayJob")["spec"]
-    assert changed["submitterConfig"] == {"backoffLimit": 0}
+    assert (job["backoffLimit"], job["submitterConfig"]) == (1, {"backoffLimit": 2})
+    changed = manifest_of(template_for(training={"backoff_limit": 0, "submitter_backoff_limit": 3,
+                                                 "ttl_seconds_after_finished": 30}), "RayJob")["spec"]
+    assert (changed["backoffLimit"], changed["submitterConfig"], changed["ttlSecondsAfterFinished"]) == (
+        0, {"backoffLimit": 3}, 30)
 
 
 def test_ray_job_runs_the_measured_l4_profile(template):
@@ -371,10 +392,11 @@ def test_bucket_auto_delete_setting():
 
 
 def test_pods_get_bucket_access_through_pod_identity(template):
-    [association] = resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
-    assert association["Properties"]["Namespace"] == "training" and association["Properties"]["ServiceAccount"] == "ray"
+    [association] = [a for a in resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
+                     if a["Properties"]["Namespace"] == "training"]
+    assert association["Properties"]["ServiceAccount"] == "ray"
     addons = {a["Properties"]["AddonName"] for a in resources_of(template, "AWS::EKS::Addon").values()}
-    assert addons == {"eks-pod-identity-agent", "vpc-cni"}
+    assert addons == {"eks-pod-identity-agent", "vpc-cni", "amazon-cloudwatch-observability"}
 
 
 def test_order_nodes_then_operator_then_cluster_then_job(template):
@@ -390,28 +412,28 @@ def test_order_nodes_then_operator_then_cluster_then_job(template):
     def depends(a, b):
         return b in resources[a].get("DependsOn", [])
 
-    assert depends(logical("RayJob"), logical("RayCluster"))
-    assert depends(logical("RayCluster"), logical("kuberay-operator"))
-    assert depends(logical("RayCluster"), logical("aws-efa-k8s-device-plugin"))
-    assert depends(logical("RayCluster"), logical("nvidia-device-plugin"))
+    assert depends(logical("RayJob"), logical("kuberay-operator"))
+    assert depends(logical("RayJob"), logical("aws-efa-k8s-device-plugin"))
+    assert depends(logical("RayJob"), logical("nvidia-device-plugin"))
     assert any("NodegroupGpuNodes" in d for d in resources[logical("aws-efa-k8s-device-plugin")]["DependsOn"])
     assert any("NodegroupSystemNodes" in d for d in resources[logical("kuberay-operator")]["DependsOn"])
 
 
-def test_outputs_tell_how_to_follow_the_job(template, cluster):
+def test_outputs_tell_how_to_follow_the_job(template):
     outputs = {k: json.dumps(v["Value"]) for k, v in template.to_json()["Outputs"].items()}
     job = manifest_of(template, "RayJob")["metadata"]["name"]
     assert "update-kubeconfig" in outputs["Kubeconfig"]
     assert f"get rayjob {job}" in outputs["JobStatus"] and f"logs -f job/{job}" in outputs["JobLogs"]
-    assert f"port-forward service/{cluster['metadata']['name']}-head-svc 8265:8265" in outputs["Dashboard"]
+    # A RayJob's head Service is named after the job (utils.go GenerateHeadServiceName, RayJobCRD).
+    assert f"port-forward service/{job}-head-svc 8265:8265" in outputs["Dashboard"]
     assert "Ref" in outputs["CheckpointBucket"]
 
 
-def test_outputs_name_what_the_watcher_follows(template, cluster):
+def test_outputs_name_what_the_watcher_follows(template):
     outputs = template.to_json()["Outputs"]
     job = manifest_of(template, "RayJob")
     assert outputs["Namespace"]["Value"] == "training" and outputs["RayJobName"]["Value"] == job["metadata"]["name"]
-    assert outputs["RayClusterName"]["Value"] == cluster["metadata"]["name"]
+    assert "RayClusterName" not in outputs  # KubeRay names the job's cluster at run time
     [eks_cluster] = resources_of(template, "AWS::EKS::Cluster")
     assert outputs["ClusterName"]["Value"] == {"Ref": eks_cluster}
     run = job["metadata"]["labels"]["eks-fsdp-efa/run"]

@@ -223,18 +223,141 @@ def test_watch_without_a_deployed_stack_is_one_line(monkeypatch, capsys):
 # ------------------------------------------------------------------ what still bills when the watch ends
 
 
-def test_billing_lines_price_the_nodes_that_still_run():
-    kinds = cs.node_instance_types([load("node-ready.json"), load("node-ready.json")])
-    assert kinds == ["g6.12xlarge", "g6.12xlarge"]
-    first, second = cs.still_billing(kinds + ["m7i.xlarge"], nat_gateways=1, stack_name="EksFsdpEfa")
-    assert first.startswith("still running and billed: 2 x g6.12xlarge $9.20/h, 1 x m7i.xlarge $0.20/h, EKS control "
-                            "plane, 1 NAT gateway(s): about $9.55/hour")
-    assert "activeDeadlineSeconds stops nothing" in second and "make destroy" in second
+def test_billing_with_the_gpu_group_at_zero_is_the_idle_cluster():
+    """EKS $0.10 + m7i.xlarge $0.2016 + NAT $0.045 = $0.3466/h (on-demand list prices)."""
+    line = cs.still_billed([("system", "m7i.xlarge", 1), ("gpu-worker", "g6.12xlarge", 0)], nat_gateways=1)
+    assert line == "still billed: control plane, system node, NAT: $0.35/h; make destroy to stop"
 
 
-def test_billing_lines_name_types_without_a_price():
-    [first, _] = cs.still_billing(["x9.mega"], nat_gateways=2, stack_name="S")
-    assert "1 x x9.mega (price unknown)" in first and "plus the unknown types" in first
+def test_billing_with_gpu_nodes_up_counts_them():
+    """$0.3466 + 2 x $4.6016 = $9.5498/h."""
+    line = cs.still_billed([("system", "m7i.xlarge", 1), ("gpu-worker", "g6.12xlarge", 2)], nat_gateways=1)
+    assert line == "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h; make destroy to stop"
+
+
+def test_billing_names_types_without_a_price():
+    line = cs.still_billed([("gpu-worker", "x9.mega", 1)], nat_gateways=2)
+    assert line == ("still billed: control plane, GPU node (x9.mega, price unknown), 2 NAT gateways: $0.19/h plus the "
+                    "unknown types; make destroy to stop")
+
+
+@pytest.fixture
+def moto_eks(monkeypatch):
+    """moto's EKS with this stack's cluster and its two node groups: the GPU group scaled to zero."""
+    import boto3
+    from moto import mock_aws
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        eks = boto3.client("eks", region_name="us-east-2")
+        role = "arn:aws:iam::123456789012:role/node"
+        eks.create_cluster(name="EksFsdpEfa", roleArn=role, resourcesVpcConfig={"subnetIds": ["subnet-1"]})
+        eks.create_nodegroup(clusterName="EksFsdpEfa", nodegroupName="system", nodeRole=role, subnets=["subnet-1"],
+                             instanceTypes=["m7i.xlarge"], labels={"role": "system"},
+                             scalingConfig={"minSize": 1, "maxSize": 1, "desiredSize": 1})
+        eks.create_nodegroup(clusterName="EksFsdpEfa", nodegroupName="gpu", nodeRole=role, subnets=["subnet-1"],
+                             instanceTypes=["g6.12xlarge"], labels={"role": "gpu-worker"},
+                             scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0})
+        yield eks
+
+
+def test_the_watch_ends_with_the_idle_bill_when_the_gpu_group_is_at_zero(moto_eks):
+    import boto3
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    _launch("system", "m7i.xlarge", 1)
+    line = watch.billing_line(boto3.Session(), Settings(), "EksFsdpEfa")
+    assert line == "still billed: control plane, system node, NAT: $0.35/h; make destroy to stop"
+
+
+def _launch(group: str, instance_type: str, count: int, cluster: str = "EksFsdpEfa") -> None:
+    """Instances as a managed node group's Auto Scaling group launches them, with EKS's tags."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name="us-east-2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType=instance_type, MinCount=count, MaxCount=count, TagSpecifications=[{
+        "ResourceType": "instance",
+        "Tags": [{"Key": "eks:cluster-name", "Value": cluster}, {"Key": "eks:nodegroup-name", "Value": group}]}])
+
+
+def test_the_watch_bills_gpu_nodes_the_autoscaler_has_started(moto_eks):
+    import boto3
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    _launch("system", "m7i.xlarge", 1)
+    _launch("gpu", "g6.12xlarge", 2)
+    _launch("gpu", "g6.12xlarge", 1, cluster="OtherCluster")  # another cluster's group of the same name
+    assert watch.billing_line(boto3.Session(), Settings(), "EksFsdpEfa").startswith(
+        "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h")
+
+
+# ------------------------------------------------------------------ the job's life in events
+
+
+def _event(reason: str, subject: str, message: str, at: str, uid: str = "u1") -> dict:
+    return {"metadata": {"uid": uid}, "reason": reason, "message": message, "count": 1, "lastTimestamp": at,
+            "involvedObject": {"kind": "Pod", "name": subject}}
+
+
+def test_lifecycle_lines_follow_the_autoscaler_and_the_pulls_in_order():
+    events = [
+        _event("Pulled", "w-1", 'Successfully pulled image "ray:x" in 1m20s', "2026-11-30T10:09:00Z", "u3"),
+        _event("TriggeredScaleUp", "w-1", "pod triggered scale-up: [{eks-gpu 0->2 (max: 2)}]", "2026-11-30T10:01:00Z", "u1"),
+        _event("FailedScheduling", "w-1", "0/1 nodes are available", "2026-11-30T10:00:30Z", "u0"),
+        _event("Pulling", "w-1", 'Pulling image "ray:x"', "2026-11-30T10:07:40Z", "u2"),
+    ]
+    seen: set = set()
+    assert cs.lifecycle_lines(events, seen) == [
+        "scale-up requested: w-1: pod triggered scale-up: [{eks-gpu 0->2 (max: 2)}]",
+        'pulling image: w-1: Pulling image "ray:x"',
+        'image pulled: w-1: Successfully pulled image "ray:x" in 1m20s']
+    assert cs.lifecycle_lines(events, seen) == []  # each event once
+
+
+def test_a_scale_up_in_backoff_says_what_that_means():
+    """NotTriggerScaleUp with the AWS provider's back-off after a failed launch (skippedreasons.go BackoffReason)."""
+    event = _event("NotTriggerScaleUp", "w-1", "pod didn't trigger scale-up: 1 in backoff after failed scale-up",
+                   "2026-11-30T10:05:00Z")
+    [line] = cs.lifecycle_lines([event], set())
+    assert line.startswith("no scale-up: w-1: pod didn't trigger scale-up: 1 in backoff after failed scale-up (the GPU "
+                           "group's last launch failed (InsufficientInstanceCapacity or a quota)")
+
+
+class _TeardownApi:
+    """RayClusters of the job, then GPU nodes, as they go away poll after poll."""
+
+    def __init__(self, clusters: list[int], nodes: list[int]):
+        self.clusters, self.nodes = iter(clusters), iter(nodes)
+
+    def list_namespaced_custom_object(self, *args, **kwargs):
+        assert kwargs["label_selector"] == "ray.io/originated-from-cr-name=ft-1"
+        return {"items": [{}] * next(self.clusters)}
+
+    def list_node(self, label_selector):
+        assert label_selector == "role=gpu-worker"
+        return type("Nodes", (), {"items": [object()] * next(self.nodes)})()
+
+
+def test_after_the_job_the_watch_sees_the_cluster_deleted_and_the_gpu_nodes_at_zero(monkeypatch, capsys):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    api = _TeardownApi(clusters=[1, 0], nodes=[2, 0])
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: api)
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    monkeypatch.setattr(watch, "_plain", lambda api_, obj: obj)
+    monkeypatch.setattr(watch.time, "sleep", lambda s: None)
+    watch.follow_teardown(None, Settings(), "training", "ft-1", poll_s=15, timeout_s=3600)
+    out = [line.split(" ", 1)[1] for line in capsys.readouterr().out.strip().splitlines()]
+    assert out == ["RayCluster of ft-1 deleted", "GPU nodes at zero"]
 
 
 def _stubbed_session(monkeypatch, outputs: dict, eks_error: str):
@@ -248,6 +371,7 @@ def _stubbed_session(monkeypatch, outputs: dict, eks_error: str):
         "StackName": "EksFsdpEfa", "CreationTime": "2026-11-30T00:00:00Z", "StackStatus": "CREATE_COMPLETE",
         "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()]}]})
     stubs[1].add_client_error("describe_cluster", service_error_code=eks_error, service_message="denied")
+    stubs[1].add_client_error("list_nodegroups", service_error_code=eks_error, service_message="denied")
     for stub in stubs:
         stub.activate()
 
@@ -269,10 +393,11 @@ def test_watch_that_fails_after_deploy_still_ends_with_what_bills(monkeypatch, c
     captured = capsys.readouterr()
     assert captured.err.startswith("error: An error occurred (AccessDeniedException)")
     out = captured.out.strip().splitlines()
-    assert out[0].startswith("still running and billed: 2 x g6.12xlarge") and "make destroy" in out[1]
+    assert out[0].startswith("(node groups unreadable: An error occurred (AccessDeniedException)")
+    assert out[1] == "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h; make destroy to stop"
 
 
-@pytest.mark.parametrize("flag,value", [("--poll", "0"), ("--node-timeout", "-5"), ("--poll", "soon")])
+@pytest.mark.parametrize("flag,value", [("--poll", "0"), ("--teardown-timeout", "-5"), ("--poll", "soon")])
 def test_watch_refuses_intervals_that_are_not_positive(monkeypatch, capsys, flag, value):
     from tests.conftest import ROOT
     from tools import watch
@@ -377,23 +502,6 @@ def test_the_watch_gives_up_after_its_timeout(monkeypatch, capsys):
 # ------------------------------------------------------------------ exact lines
 
 
-BILLING_NOTE = ("the nodes keep running after the job ends (activeDeadlineSeconds stops nothing); stop paying with: "
-                "make destroy  (cdk destroy {}; the checkpoint bucket is kept)")
-
-
-@pytest.mark.parametrize("kinds,nats,first", [
-    (["g6.12xlarge", "m7i.xlarge", "g6.12xlarge"], 1, "still running and billed: 2 x g6.12xlarge $9.20/h, 1 x m7i.xlarge "
-     "$0.20/h, EKS control plane, 1 NAT gateway(s): about $9.55/hour ($229/day)"),
-    (["x9.huge"], 2, "still running and billed: 1 x x9.huge (price unknown), EKS control plane, 2 NAT gateway(s): about "
-     "$0.19/hour plus the unknown types ($5/day)"),
-    (["m7i.xlarge", "a1.unknown"], 1, "still running and billed: 1 x a1.unknown (price unknown), 1 x m7i.xlarge $0.20/h, "
-     "EKS control plane, 1 NAT gateway(s): about $0.35/hour plus the unknown types ($8/day)"),
-    ([], 1, "still running and billed: no nodes, EKS control plane, 1 NAT gateway(s): about $0.15/hour ($3/day)"),
-])
-def test_what_still_bills_in_full(kinds, nats, first):
-    assert cs.still_billing(kinds, nats, "Stack") == [first, BILLING_NOTE.format("Stack")]
-
-
 def test_node_types_default_to_unknown():
     nodes = [{}, {"metadata": {}}, {"metadata": {"labels": None}},
              {"metadata": {"labels": {"node.kubernetes.io/instance-type": "g6.12xlarge"}}}]
@@ -483,3 +591,69 @@ def test_a_summary_without_throughput_gives_the_last_step():
     assert cs.final_summary(job, cs.TrainerProgress(record=STEP_RECORD), None) == [
         "FAILED: RayJob ft-1: deployment Failed, job FAILED", "transport: no NCCL transport line in the log",
         f"last step: {LAST_STEP}"]
+
+
+def test_teardown_that_takes_too_long_says_what_it_waits_for(monkeypatch, capsys):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    api = _TeardownApi(clusters=[1] * 5, nodes=[])
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: api)
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    monkeypatch.setattr(watch.time, "sleep", lambda s: None)
+    clock = iter([0, 10, 700, 1000])
+    monkeypatch.setattr(watch.time, "monotonic", lambda: next(clock))
+    watch.follow_teardown(None, Settings(), "training", "ft-1", poll_s=15, timeout_s=900)
+    assert capsys.readouterr().out.strip() == ("still waiting after 900 s for KubeRay to delete the cluster; "
+                                               "make watch looks again")
+
+
+def test_with_fixed_gpu_nodes_the_watch_does_not_wait_for_them(monkeypatch, capsys):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    api = _TeardownApi(clusters=[0], nodes=[])  # a node count asked for would raise StopIteration
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: api)
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    watch.follow_teardown(None, Settings(gpu_scale_to_zero=False), "training", "ft-1", poll_s=15, timeout_s=900)
+    out = [line.split(" ", 1)[1] if line[:2].isdigit() else line for line in capsys.readouterr().out.strip().splitlines()]
+    assert out == ["RayCluster of ft-1 deleted", "GPU nodes stay up (gpu_scale_to_zero is false)"]
+
+
+class _ProgressApi:
+    """Events, kube-system pods and GPU nodes as the Kubernetes API lists them, poll after poll."""
+
+    def __init__(self, events: list[list[dict]], nodes: list[list[dict]]):
+        self.events, self.nodes = iter(events), iter(nodes)
+
+    def list_namespaced_event(self, namespace):
+        return type("Events", (), {"items": next(self.events) if namespace == "training" else []})()
+
+    def list_namespaced_pod(self, namespace):
+        return {"items": []}
+
+    def list_node(self, label_selector):
+        return type("Nodes", (), {"items": next(self.nodes)})()
+
+
+def test_the_progress_lines_tell_the_scale_up_then_the_nodes_once(monkeypatch):
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    scale_up = _event("TriggeredScaleUp", "w-1", "pod triggered scale-up: [{gpu 0->2 (max: 2)}]", "2026-11-30T10:01:00Z")
+    ready = load("node-ready.json")
+    api = _ProgressApi(events=[[scale_up], [scale_up], [scale_up]], nodes=[[], [ready, ready], [ready, ready]])
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: api)
+    monkeypatch.setattr(watch, "_plain", lambda api_, obj: obj)
+    report = watch.progress_reporter(None, Settings(), "training")
+    assert report() == ["scale-up requested: w-1: pod triggered scale-up: [{gpu 0->2 (max: 2)}]",
+                        "0 of 2 GPU nodes have joined the cluster"]
+    name = ready["metadata"]["name"]
+    assert report() == [f"all 2 GPU node(s) ready: {name} (4 GPU, 1 EFA), {name} (4 GPU, 1 EFA)"]
+    assert report() == []

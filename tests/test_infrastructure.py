@@ -136,7 +136,7 @@ def test_every_lambda_logs_to_a_group_with_retention(template):
 
 def test_log_retention_setting_reaches_every_group():
     groups = resources_of(template_for(log_retention_days=7), "AWS::Logs::LogGroup")
-    assert len(groups) == 5 and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {7}
+    assert len(groups) == 9 and {g["Properties"]["RetentionInDays"] for g in groups.values()} == {7}
 
 
 def test_endpoint_public_cidrs_from_settings():
@@ -181,8 +181,8 @@ def test_system_nodegroup(template):
 def test_gpu_nodegroup_ami_labels_count(template):
     props = gpu_nodegroup(template)["Properties"]
     assert props["InstanceTypes"] == ["g6.12xlarge"]
-    assert props["ScalingConfig"]["DesiredSize"] == 2
-    assert props["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
+    assert props["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}  # tests/test_autoscaler.py
+    assert props["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true", "k8s.amazonaws.com/accelerator": "nvidia-l4"}
     assert props["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
 
 

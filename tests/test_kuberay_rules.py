@@ -12,32 +12,45 @@ from cdk_constructs import ray_manifests as rm
 from tests.conftest import synth_stack
 
 
+def cluster_of(job: dict) -> dict:
+    """The RayCluster KubeRay makes from a RayJob's rayClusterSpec (rayjob_controller.go
+    constructRayClusterForRayJob: named after the job plus 5 random characters, GenerateRayClusterName)."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": job["metadata"]["name"] + "-x7k2p", "namespace": job["metadata"]["namespace"],
+                         "labels": {"ray.io/originated-from-crd": "RayJob"}},
+            "spec": copy.deepcopy(job["spec"]["rayClusterSpec"])}
+
+
 @pytest.fixture(scope="module")
 def synthesized():
-    """Our RayCluster and RayJob, from the same pure functions the workload construct calls."""
-    spec = rm.RayClusterSpec(name_prefix="fsdp", namespace="training", image="public.ecr.aws/x/ray:2.58.0",
-                             service_account="ray", trainer_files={"training/train.py": "print(1)"},
-                             worker_replicas=2, gpus_per_worker=4, efa_per_worker=1, cpu_per_worker=40,
-                             memory_gib_per_worker=160, region="us-east-2")
-    cluster = rm.ray_cluster_manifest(spec)
-    job = rm.ray_job_manifest(rm.RayJobSpec(namespace="training", ray_cluster_name=cluster["metadata"]["name"],
-                                            trainer_options={"model": "tiny", "workers": 8},
-                                            trainer_hash=spec.trainer_hash, storage_path="s3://b/runs"))
-    return [cluster, job]
+    """Our RayJob and the RayCluster KubeRay makes from it, from the same pure functions the workload construct calls."""
+    spec = rm.RayClusterSpec(image="public.ecr.aws/x/ray:2.58.0", service_account="ray",
+                             trainer_files={"training/train.py": "print(1)"}, worker_replicas=2, gpus_per_worker=4,
+                             efa_per_worker=1, cpu_per_worker=40, memory_gib_per_worker=160, region="us-east-2")
+    job = rm.ray_job_manifest(rm.RayJobSpec(namespace="training", cluster=spec,
+                                            trainer_options={"model": "tiny", "workers": 8}, storage_path="s3://b/runs"))
+    return [cluster_of(job), job]
 
 
 def test_our_cluster_and_job_pass_every_rule(synthesized):
     assert kr.violations(synthesized) == []
 
 
-def test_the_synthesized_stacks_cluster_and_job_pass_every_rule():
-    workload = synth_stack().training
-    assert kr.violations([workload.ray_cluster_manifest, workload.ray_job_manifest]) == []
+def test_the_synthesized_stacks_job_passes_every_rule():
+    job = synth_stack().training.ray_job_manifest
+    assert kr.violations([job, cluster_of(job)]) == []
 
 
 def test_p5_variant_passes_every_rule():
-    workload = synth_stack(gpu_instance_type="p5.48xlarge", gpu_node_count=4).training
-    assert kr.violations([workload.ray_cluster_manifest, workload.ray_job_manifest]) == []
+    job = synth_stack(gpu_instance_type="p5.48xlarge", gpu_node_count=4).training.ray_job_manifest
+    assert kr.violations([job, cluster_of(job)]) == []
+
+
+def test_backoff_limit_is_allowed_on_a_job_that_owns_its_cluster(synthesized):
+    """ValidateRayJobSpec refuses backoffLimit > 0 only in clusterSelector mode."""
+    job = _job(synthesized)
+    assert job["spec"]["backoffLimit"] == 1 and "clusterSelector" not in job["spec"]
+    assert kr.ray_job_violations(job) == []
 
 
 def _cluster(synthesized) -> dict:
@@ -46,6 +59,18 @@ def _cluster(synthesized) -> dict:
 
 def _job(synthesized) -> dict:
     return copy.deepcopy(synthesized[1])
+
+
+def _selector(j: dict) -> dict:
+    """The job turned into a clusterSelector job (the mode this project used before)."""
+    j["spec"].pop("rayClusterSpec")
+    j["spec"]["clusterSelector"] = {"ray.io/cluster": "fsdp-0123456789"}
+    return j
+
+
+def _no_shutdown(j: dict) -> dict:
+    j["spec"].update(shutdownAfterJobFinishes=False, ttlSecondsAfterFinished=0)
+    return j
 
 
 def _head(cluster: dict) -> dict:
@@ -175,82 +200,86 @@ def test_cluster_rule_fires(synthesized, case):
     assert any(r == rule and fragment in m for r, m in found), found
 
 
-def _selector_job(j: dict) -> dict:
-    return j["spec"]
-
+RULES = [{"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED"}}]
 
 JOB_CASES = {
     "name too long": (lambda j: j["metadata"].update(name="a" * 48), "ValidateRayJobMetadata", "at most 47"),
     "name not DNS-1035": (lambda j: j["metadata"].update(name="ft_run"), "ValidateRayJobMetadata", "DNS-1035"),
-    "backoffLimit with clusterSelector": (lambda j: j["spec"].update(backoffLimit=1),
+    "backoffLimit with clusterSelector": (lambda j: _selector(j)["spec"].update(backoffLimit=1),
                                           "ValidateRayJobSpec", "incompatible with clusterSelector"),
     "negative backoffLimit": (lambda j: j["spec"].update(backoffLimit=-1), "ValidateRayJobSpec", "is negative"),
-    "backoffLimit in InteractiveMode": (
-        lambda j: (j["spec"].pop("clusterSelector"), j["spec"].update(rayClusterSpec={"headGroupSpec": {
-            "template": {"spec": {"containers": [{"name": "h"}]}}}}, submissionMode="InteractiveMode", backoffLimit=1)),
-        "ValidateRayJobSpec", "incompatible with InteractiveMode"),
-    "suspend without shutdown": (lambda j: j["spec"].update(suspend=True), "ValidateRayJobSpec", "suspend needs shutdownAfterJobFinishes"),
-    "suspend with clusterSelector": (lambda j: j["spec"].update(suspend=True, shutdownAfterJobFinishes=True),
+    "backoffLimit in InteractiveMode": (lambda j: j["spec"].update(submissionMode="InteractiveMode", backoffLimit=1),
+                                        "ValidateRayJobSpec", "incompatible with InteractiveMode"),
+    "suspend without shutdown": (lambda j: _no_shutdown(j)["spec"].update(suspend=True),
+                                 "ValidateRayJobSpec", "suspend needs shutdownAfterJobFinishes"),
+    "suspend with clusterSelector": (lambda j: _selector(j)["spec"].update(suspend=True, backoffLimit=0),
                                      "ValidateRayJobSpec", "does not support suspend"),
     "negative ttl": (lambda j: j["spec"].update(ttlSecondsAfterFinished=-1), "ValidateRayJobSpec", "negative"),
-    "ttl without shutdown": (lambda j: j["spec"].update(ttlSecondsAfterFinished=60),
+    "ttl without shutdown": (lambda j: j["spec"].update(shutdownAfterJobFinishes=False),
                              "validateDeletionConfiguration", "needs shutdownAfterJobFinishes"),
-    "no cluster at all": (lambda j: j["spec"].pop("clusterSelector"), "ValidateRayJobSpec", "one of rayClusterSpec or clusterSelector"),
-    "empty cluster name": (lambda j: j["spec"].update(clusterSelector={"ray.io/cluster": ""}),
+    "no cluster at all": (lambda j: j["spec"].pop("rayClusterSpec"), "ValidateRayJobSpec", "one of rayClusterSpec or clusterSelector"),
+    "empty cluster name": (lambda j: _selector(j)["spec"].update(clusterSelector={"ray.io/cluster": ""}),
                            "ValidateRayJobSpec", "must name a cluster"),
-    "clusterSelector in SidecarMode": (lambda j: j["spec"].update(submissionMode="SidecarMode"),
+    "clusterSelector in SidecarMode": (lambda j: _selector(j)["spec"].update(submissionMode="SidecarMode"),
                                        "ValidateRayJobSpec", "not supported in SidecarMode"),
     "submitterConfig in SidecarMode": (lambda j: j["spec"].update(submissionMode="SidecarMode"),
                                        "ValidateRayJobSpec", "SidecarMode does not support submitterConfig"),
     "submitter template in SidecarMode": (
-        lambda j: j["spec"].update(submissionMode="SidecarMode", submitterPodTemplate={}),
+        lambda j: (j["spec"].pop("submitterConfig"), j["spec"].update(submissionMode="SidecarMode")),
         "ValidateRayJobSpec", "does not support submitterPodTemplate"),
+    "submitter template without a container": (
+        lambda j: j["spec"]["submitterPodTemplate"]["spec"].update(containers=[]),
+        "getSubmitterTemplate", "no container for KubeRay to configure"),
+    "submitter template restarting Always": (
+        lambda j: j["spec"]["submitterPodTemplate"]["spec"].pop("restartPolicy"),
+        "createNewK8sJob", "restartPolicy Always"),
     "unknown submission mode": (lambda j: j["spec"].update(submissionMode="Batch"), "ValidateRayJobSpec", "is not one of"),
     "zero deadline": (lambda j: j["spec"].update(activeDeadlineSeconds=0), "ValidateRayJobSpec", "activeDeadlineSeconds must be a positive"),
     "negative pre-running deadline": (lambda j: j["spec"].update(preRunningDeadlineSeconds=-3),
                                       "ValidateRayJobSpec", "preRunningDeadlineSeconds must be a positive"),
     "runtime env not YAML": (lambda j: j["spec"].update(runtimeEnvYAML="a: [b"), "ValidateRayJobSpec", "not YAML"),
     "k8s token auth on a RayJob's cluster": (
-        lambda j: (j["spec"].pop("clusterSelector"), j["spec"].update(rayClusterSpec={
-            "rayVersion": "2.58.0", "authOptions": {"mode": "token", "enableK8sTokenAuth": True},
-            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}}})),
+        lambda j: j["spec"]["rayClusterSpec"]["authOptions"].update(enableK8sTokenAuth=True),
         "ValidateRayJobSpec", "not supported for RayJob"),
     "embedded cluster spec is checked too": (
-        lambda j: (j["spec"].pop("clusterSelector"), j["spec"].update(rayClusterSpec={
-            "headGroupSpec": {"template": {"spec": {"containers": []}}}})),
+        lambda j: j["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"].update(containers=[]),
         "ValidateRayClusterSpec", "headGroupSpec has no container"),
     "empty deletion strategy": (
         lambda j: j["spec"].update(deletionStrategy={"deletionRules": []}),
         "validateDeletionConfiguration", "needs onSuccess and onFailure, or deletionRules"),
-    "deletion rules with shutdown": (
-        lambda j: j["spec"].update(shutdownAfterJobFinishes=True, deletionStrategy={
-            "deletionRules": [{"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED"}}]}),
-        "validateDeletionConfiguration", "are exclusive"),
+    "deletion rules with shutdown": (lambda j: j["spec"].update(deletionStrategy={"deletionRules": RULES}),
+                                     "validateDeletionConfiguration", "are exclusive"),
     "legacy and rules together": (
-        lambda j: j["spec"].update(deletionStrategy={
-            "onSuccess": {"policy": "DeleteSelf"},
-            "deletionRules": [{"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED"}}]}),
-        "validateDeletionConfiguration", "are exclusive"),
+        lambda j: _no_shutdown(j)["spec"].update(deletionStrategy={"onSuccess": {"policy": "DeleteSelf"}, "deletionRules": RULES}),
+        "validateDeletionConfiguration", "deletionRules and onSuccess/onFailure are exclusive"),
     "legacy policy half set": (lambda j: j["spec"].update(deletionStrategy={"onSuccess": {"policy": "DeleteSelf"}}),
                                "validateLegacyDeletionPolicies", "both onSuccess and onFailure"),
     "legacy DeleteCluster in clusterSelector mode": (
-        lambda j: j["spec"].update(deletionStrategy={"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteNone"}}),
+        lambda j: _selector(j)["spec"].update(
+            deletionStrategy={"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteSelf"}}),
         "validateLegacyDeletionPolicies", "cannot use DeleteCluster on success"),
+    "shutdown with a DeleteNone policy": (
+        lambda j: j["spec"].update(deletionStrategy={"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteNone"}}),
+        "validateLegacyDeletionPolicies", "shutdownAfterJobFinishes with a DeleteNone policy"),
+    "DeleteWorkers with autoscaling": (
+        lambda j: (j["spec"]["rayClusterSpec"].update(enableInTreeAutoscaling=True), j["spec"].update(
+            deletionStrategy={"onSuccess": {"policy": "DeleteWorkers"}, "onFailure": {"policy": "DeleteCluster"}})),
+        "validateLegacyDeletionPolicies", "DeleteWorkers does not work with autoscaling"),
     "deletion rule with both conditions": (
-        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+        lambda j: _no_shutdown(j)["spec"].update(deletionStrategy={"deletionRules": [
             {"policy": "DeleteSelf", "condition": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}}]}),
         "validateDeletionRules", "exactly one of jobStatus"),
-    "deletion rule deleting our cluster": (
-        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+    "deletion rule deleting a selected cluster": (
+        lambda j: _no_shutdown(_selector(j))["spec"].update(backoffLimit=0, deletionStrategy={"deletionRules": [
             {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}}]}),
         "validateDeletionRules", "not supported in clusterSelector mode"),
     "duplicate deletion rule": (
-        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+        lambda j: _no_shutdown(j)["spec"].update(deletionStrategy={"deletionRules": [
             {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED"}},
             {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": 5}}]}),
         "validateDeletionRules", "duplicate DeleteSelf"),
     "negative rule ttl": (
-        lambda j: j["spec"].update(deletionStrategy={"deletionRules": [
+        lambda j: _no_shutdown(j)["spec"].update(deletionStrategy={"deletionRules": [
             {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": -1}}]}),
         "validateDeletionRules", "ttlSeconds is negative"),
 }
@@ -277,7 +306,7 @@ def test_ttl_order_across_rules_is_checked():
 
 def test_deletion_strategy_refused_when_its_gate_is_off(synthesized):
     job = _job(synthesized)
-    job["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteSelf"}, "onFailure": {"policy": "DeleteNone"}}
+    job["spec"]["deletionStrategy"] = {"onSuccess": {"policy": "DeleteSelf"}, "onFailure": {"policy": "DeleteCluster"}}
     assert kr.ray_job_violations(job) == []  # on by default in v1.7 (Beta)
     assert kr.ray_job_violations(job, {"RayJobDeletionPolicy": False}) == [
         ("validateDeletionConfiguration", "deletionStrategy needs the RayJobDeletionPolicy feature gate")]
@@ -292,15 +321,26 @@ def test_suspended_worker_group_needs_the_deletion_policy_gate(synthesized):
 
 
 def test_job_must_select_a_cluster_that_the_manifests_create(synthesized):
-    job = _job(synthesized)
-    job["spec"]["clusterSelector"]["ray.io/cluster"] = "fsdp-other"
-    [violation] = kr.violations([synthesized[0], job])
-    assert violation.rule == "getOrCreateRayClusterInstance" and "'fsdp-other'" in violation.message
+    job = _selector(_job(synthesized))
+    job["spec"].update(backoffLimit=0)
+    [violation] = kr.violations([job])
+    assert violation.rule == "getOrCreateRayClusterInstance" and "'fsdp-0123456789'" in violation.message
+
+
+def test_a_changed_cluster_under_the_same_job_name_is_ignored_by_kuberay(synthesized):
+    before = _job(synthesized)
+    after = _job(synthesized)
+    assert kr.ignored_changes([before], [after]) == []
+    after["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = 3
+    [violation] = kr.ignored_changes([before], [after])
+    assert (violation.rule, violation.name) == ("getOrCreateRayClusterInstance", before["metadata"]["name"])
+    after["metadata"]["name"] += "-b"
+    assert kr.ignored_changes([before], [after]) == []  # a new name is a new job, with a new cluster
 
 
 def test_violation_line_names_object_and_go_function(synthesized):
-    job = _job(synthesized)
-    job["spec"]["backoffLimit"] = 1
+    job = _selector(_job(synthesized))
+    job["spec"]["clusterSelector"]["ray.io/cluster"] = synthesized[0]["metadata"]["name"]
     [violation] = kr.violations([synthesized[0], job])
     assert violation.line().startswith(f"RayJob {job['metadata']['name']}: backoffLimit 1 is incompatible")
     assert violation.line().endswith("[KubeRay v1.7 ValidateRayJobSpec]")
@@ -324,11 +364,11 @@ def test_construct_refuses_a_manifest_kuberay_would_refuse(monkeypatch):
 
     original = ray_manifests.ray_job_manifest
 
-    def with_backoff(spec):
+    def with_selector(spec):
         manifest = original(spec)
-        manifest["spec"]["backoffLimit"] = 1  # what this project shipped before: refused by KubeRay >= 1.6
+        manifest["spec"]["clusterSelector"] = {"ray.io/cluster": "fsdp-0"}  # with backoffLimit 1: refused by KubeRay >= 1.6
         return manifest
 
-    monkeypatch.setattr(ray_manifests, "ray_job_manifest", with_backoff)
+    monkeypatch.setattr(ray_manifests, "ray_job_manifest", with_selector)
     with pytest.raises(ValueError, match=r"backoffLimit 1 is incompatible with clusterSelector mode .*ValidateRayJobSpec"):
         synth_stack()

@@ -26,11 +26,21 @@ TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer", "readOnly": Tru
 
 
 def spec(**overrides) -> rm.RayClusterSpec:
-    base = rm.RayClusterSpec(name_prefix="fsdp", namespace="training", image=IMAGE, service_account="ray",
+    base = rm.RayClusterSpec(image=IMAGE, service_account="ray",
                              trainer_files={"training/train.py": "import training.step\n", "training/step.py": "x = 1\n"},
                              worker_replicas=2, gpus_per_worker=4, efa_per_worker=1, cpu_per_worker=40,
                              memory_gib_per_worker=160, region="us-east-2")
     return dataclasses.replace(base, **overrides)
+
+
+def job(**overrides) -> rm.RayJobSpec:
+    base = rm.RayJobSpec(namespace="training", cluster=spec(), trainer_options={"model": "tiny", "steps": 5},
+                         storage_path="s3://b/runs")
+    return dataclasses.replace(base, **overrides)
+
+
+def cluster_of(pods: rm.RayClusterSpec, configmap: str = "cm") -> dict:
+    return {"spec": rm.ray_cluster_spec(pods, configmap)}
 
 
 def head_of(cluster: dict) -> dict:
@@ -42,27 +52,23 @@ def worker_of(cluster: dict) -> dict:
 
 
 def test_cluster_spec_in_full():
-    cluster = rm.ray_cluster_manifest(spec())
+    cluster = rm.ray_cluster_spec(spec(), "cm")
     s = spec()
-    assert cluster["apiVersion"] == "ray.io/v1" and cluster["kind"] == "RayCluster"
-    assert cluster["metadata"] == {"name": cluster["metadata"]["name"], "namespace": "training"}
-    assert cluster["metadata"]["name"].startswith("fsdp-") and len(cluster["metadata"]["name"]) == len("fsdp-") + 10
-    assert set(cluster["spec"]) == {"rayVersion", "authOptions", "headGroupSpec", "workerGroupSpecs"}
-    assert cluster["spec"]["rayVersion"] == "2.58.0" and cluster["spec"]["authOptions"] == {"mode": "token"}
-    head = head_of(cluster)
+    assert set(cluster) == {"rayVersion", "authOptions", "headGroupSpec", "workerGroupSpecs"}
+    assert cluster["rayVersion"] == "2.58.0" and cluster["authOptions"] == {"mode": "token"}
+    head = cluster["headGroupSpec"]
     assert head["serviceType"] == "ClusterIP" and head["rayStartParams"] == {"num-gpus": "0", "dashboard-host": "0.0.0.0"}
     assert head["template"]["metadata"] == {"annotations": {"eks-fsdp-efa/trainer-hash": s.trainer_hash}}
-    worker = worker_of(cluster)
+    worker = cluster["workerGroupSpecs"][0]
     assert {k: v for k, v in worker.items() if k != "template"} == {
         "groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2, "rayStartParams": {"num-gpus": "4"}}
     assert worker["template"]["metadata"] == {"annotations": {"eks-fsdp-efa/trainer-hash": s.trainer_hash}}
 
 
 def test_head_pod_in_full():
-    s = spec()
-    pod = head_of(rm.ray_cluster_manifest(s))["template"]["spec"]
+    pod = head_of(cluster_of(spec(), "job-1-trainer"))["template"]["spec"]
     assert pod == {
-        "serviceAccountName": "ray", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "serviceAccountName": "ray", "automountServiceAccountToken": False, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": {"role": "system"},
         "containers": [{
             "name": "ray-head", "image": IMAGE,
@@ -72,7 +78,7 @@ def test_head_pod_in_full():
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
         "volumes": [
-            {"name": "trainer", "configMap": {"name": s.configmap_name, "items": [
+            {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [
                 {"key": "training__train.py", "path": "training/train.py"},
                 {"key": "training__step.py", "path": "training/step.py"}]}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "3Gi"}}],
@@ -80,11 +86,10 @@ def test_head_pod_in_full():
 
 
 def test_worker_pod_in_full():
-    s = spec()
-    pod = worker_of(rm.ray_cluster_manifest(s))["template"]["spec"]
+    pod = worker_of(cluster_of(spec(), "job-1-trainer"))["template"]["spec"]
     resources = {"cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}
     assert pod == {
-        "serviceAccountName": "ray", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "serviceAccountName": "ray", "automountServiceAccountToken": False, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
         "containers": [{
@@ -95,7 +100,7 @@ def test_worker_pod_in_full():
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
         "volumes": [
-            {"name": "trainer", "configMap": {"name": s.configmap_name, "items": [
+            {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [
                 {"key": "training__train.py", "path": "training/train.py"},
                 {"key": "training__step.py", "path": "training/step.py"}]}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
@@ -104,11 +109,11 @@ def test_worker_pod_in_full():
 
 
 def test_an_untainted_gpu_node_needs_no_toleration():
-    assert worker_of(rm.ray_cluster_manifest(spec(gpu_taint=False)))["template"]["spec"]["tolerations"] == []
+    assert worker_of(cluster_of(spec(gpu_taint=False)))["template"]["spec"]["tolerations"] == []
 
 
 def test_the_hugging_face_token_comes_by_reference_and_extra_env_follows():
-    cluster = rm.ray_cluster_manifest(spec(hf_token_secret="hf", extra_env={"NCCL_ALGO": "Ring"}))
+    cluster = cluster_of(spec(hf_token_secret="hf", extra_env={"NCCL_ALGO": "Ring"}))
     for group in (head_of(cluster), worker_of(cluster)):
         env = group["template"]["spec"]["containers"][0]["env"]
         assert env[-2:] == [{"name": "NCCL_ALGO", "value": "Ring"},
@@ -116,7 +121,7 @@ def test_the_hugging_face_token_comes_by_reference_and_extra_env_follows():
 
 
 def test_without_a_region_no_aws_region_is_set():
-    env = worker_of(rm.ray_cluster_manifest(spec(region=None)))["template"]["spec"]["containers"][0]["env"]
+    env = worker_of(cluster_of(spec(region=None)))["template"]["spec"]["containers"][0]["env"]
     assert not [e for e in env if e["name"] in ("AWS_REGION", "AWS_DEFAULT_REGION")]
 
 
@@ -127,10 +132,20 @@ def test_without_a_region_no_aws_region_is_set():
     {"region": "us-west-2"}, {"hf_token_secret": "hf"}, {"extra_env": {"A": "1"}}, {"service_account": "other"},
     {"trainer_files": {"training/train.py": "pass\n"}},
 ])
-def test_any_change_names_a_new_cluster_and_the_same_spec_the_same_one(change):
-    name = rm.ray_cluster_manifest(spec())["metadata"]["name"]
-    assert rm.ray_cluster_manifest(spec())["metadata"]["name"] == name
-    assert rm.ray_cluster_manifest(spec(**change))["metadata"]["name"] != name
+def test_any_change_to_the_pods_names_a_new_job_and_the_same_spec_the_same_one(change):
+    """KubeRay disregards a changed rayClusterSpec under an existing RayJob name (getOrCreateRayClusterInstance)."""
+    name = job().name
+    assert job().name == name
+    changed = job(cluster=spec(**change))
+    assert changed.name != name and changed.configmap_name != job().configmap_name
+
+
+@pytest.mark.parametrize("change", [
+    {"trainer_options": {"model": "tiny", "steps": 6}}, {"rerun": 1}, {"active_deadline_seconds": 60},
+    {"backoff_limit": 0}, {"submitter_backoff_limit": 0}, {"ttl_seconds_after_finished": 0}, {"cache_dir": "/c"},
+])
+def test_any_change_to_the_job_names_a_new_job(change):
+    assert job(**change).name != job().name
 
 
 def test_digest_is_a_stable_sha256_prefix_of_sorted_json():
@@ -139,37 +154,63 @@ def test_digest_is_a_stable_sha256_prefix_of_sorted_json():
 
 
 def test_job_in_full():
-    job_spec = rm.RayJobSpec(namespace="training", ray_cluster_name="fsdp-0123456789",
-                             trainer_options={"model": "tiny", "steps": 5, "compile": False, "require_efa": True,
-                                              "model_revision": None},
-                             trainer_hash="abc", storage_path="s3://b/runs", active_deadline_seconds=600,
-                             submitter_backoff_limit=1)
-    run = job_spec.run_name
-    assert run == "ft-" + rm.digest([job_spec.trainer_options, "abc"])
-    assert job_spec.name == f"{run}-012345"
-    assert rm.ray_job_manifest(job_spec) == {
-        "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": {"name": f"{run}-012345", "namespace": "training", "labels": {"eks-fsdp-efa/run": run},
-                     "annotations": {"eks-fsdp-efa/trainer-hash": "abc"}},
-        "spec": {
-            "entrypoint": f"python -m training.train --model=tiny --steps=5 --no-compile --require-efa "
-                          f"--storage-path=s3://b/runs --run-name={run} --cache-dir=/mnt/model-cache",
-            "clusterSelector": {"ray.io/cluster": "fsdp-0123456789"}, "submissionMode": "K8sJobMode",
-            "activeDeadlineSeconds": 600, "submitterConfig": {"backoffLimit": 1}},
-    }
+    j = job(trainer_options={"model": "tiny", "steps": 5, "compile": False, "require_efa": True, "model_revision": None},
+            active_deadline_seconds=600, backoff_limit=2, submitter_backoff_limit=1, ttl_seconds_after_finished=120)
+    run = j.run_name
+    assert run == "ft-" + rm.digest([j.trainer_options, spec().trainer_hash])
+    assert j.name.startswith(run + "-") and len(j.name) == len(run) + 1 + 10
+    assert j.configmap_name == j.name + "-trainer"
+    manifest = rm.ray_job_manifest(j)
+    assert manifest["metadata"] == {"name": j.name, "namespace": "training", "labels": {"eks-fsdp-efa/run": run},
+                                    "annotations": {"eks-fsdp-efa/trainer-hash": spec().trainer_hash}}
+    assert {k: v for k, v in manifest["spec"].items() if k not in ("rayClusterSpec", "submitterPodTemplate")} == {
+        "entrypoint": f"python -m training.train --model=tiny --steps=5 --no-compile --require-efa "
+                      f"--storage-path=s3://b/runs --run-name={run} --cache-dir=/mnt/model-cache",
+        "submissionMode": "K8sJobMode", "shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 120,
+        "activeDeadlineSeconds": 600, "backoffLimit": 2, "submitterConfig": {"backoffLimit": 1}}
+    assert "clusterSelector" not in manifest["spec"]
+    assert manifest["spec"]["rayClusterSpec"] == rm.ray_cluster_spec(spec(), j.name + "-trainer")
 
 
 def test_job_defaults():
-    job_spec = rm.RayJobSpec(namespace="n", ray_cluster_name="c-1", trainer_options={}, trainer_hash="h", storage_path="/r")
-    job = rm.ray_job_manifest(job_spec)
-    assert job["spec"]["activeDeadlineSeconds"] == 4 * 3600 and job["spec"]["submitterConfig"] == {"backoffLimit": 2}
-    assert job_spec.cache_dir == "/mnt/model-cache"
+    j = rm.RayJobSpec(namespace="n", cluster=spec(), trainer_options={}, storage_path="/r")
+    manifest = rm.ray_job_manifest(j)["spec"]
+    assert (manifest["activeDeadlineSeconds"], manifest["backoffLimit"], manifest["submitterConfig"],
+            manifest["ttlSecondsAfterFinished"]) == (4 * 3600, 1, {"backoffLimit": 2}, 300)
+    assert j.cache_dir == "/mnt/model-cache" and j.rerun == 0
+
+
+def test_submitter_pod_is_kuberays_default_hardened():
+    """common/job.go GetDefaultSubmitterContainer at v1.7.0: the head's image, requests 500m CPU and 200Mi,
+    limits 1 CPU and 1Gi, container ray-job-submitter, restartPolicy Never (GetSubmitterTemplate)."""
+    template = rm.ray_job_manifest(job())["spec"]["submitterPodTemplate"]
+    assert template == {"spec": {
+        "restartPolicy": "Never", "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "nodeSelector": {"role": "system"},
+        "containers": [{
+            "name": "ray-job-submitter", "image": IMAGE,
+            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
+            "securityContext": SECURITY}]}}
+
+
+def test_submitter_leaves_the_command_to_kuberay():
+    """rayjob_controller.go configureSubmitterContainer writes `ray job submit ... -- <entrypoint>` only into a
+    container without a command; one with a command would run that instead and never submit the job."""
+    [container] = rm.ray_job_manifest(job())["spec"]["submitterPodTemplate"]["spec"]["containers"]
+    assert "command" not in container and "args" not in container
+
+
+def test_rerun_is_a_new_run_folder_and_a_new_job():
+    first, again = job(), job(rerun=2)
+    assert again.run_name == first.run_name + "-r2"
+    assert again.name != first.name and f"--run-name={again.run_name}" in again.entrypoint()
 
 
 def test_the_storage_path_is_not_part_of_any_name():
-    a, b = (rm.RayJobSpec(namespace="n", ray_cluster_name="c-1", trainer_options={"steps": 1}, trainer_hash="h",
-                          storage_path=path) for path in ("s3://one/runs", "s3://two/runs"))
-    assert (a.run_name, a.name) == (b.run_name, b.name)
+    a, b = (job(storage_path=path) for path in ("s3://one/runs", "s3://two/runs"))
+    assert (a.run_name, a.name, a.configmap_name) == (b.run_name, b.name, b.configmap_name)
 
 
 @pytest.mark.parametrize("options,expected", [
@@ -229,7 +270,7 @@ def test_service_account_in_full(automount):
 def test_the_default_deployments_objects_pass_the_rules_they_are_held_to():
     """The defaults of cdk.json through the pure builders (pure_workload): 8 workers, the l4 profile."""
     workload = pure_workload()
-    worker = worker_of(workload["RayCluster"])
+    worker = workload["RayJob"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     assert worker["replicas"] == 2 and worker["rayStartParams"] == {"num-gpus": "4"}
     assert "--workers=8" in workload["RayJob"]["spec"]["entrypoint"]
 

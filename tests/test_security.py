@@ -11,12 +11,12 @@ from cdk_constructs import network_policies as np
 from cdk_constructs.kuberay_rules import violations
 from stacks.settings import SettingsError, settings_from_context
 from tests.conftest import base_context, only, resources_of, synth_stack, template_for
-from tests.test_cluster_software import manifest_of, manifests
+from tests.test_cluster_software import manifest_of, manifests, ray_cluster_of
 
 
 @pytest.fixture(scope="module")
 def cluster(template):
-    return manifest_of(template, "RayCluster")
+    return ray_cluster_of(manifest_of(template, "RayJob"))
 
 
 def containers(cluster: dict) -> list[dict]:
@@ -200,15 +200,50 @@ def test_ray_containers_drop_every_capability_and_escalation(cluster):
         assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def test_pods_without_their_own_account_get_no_api_token(template):
-    default = manifest_of(template, "ServiceAccount", "default")
-    assert default["automountServiceAccountToken"] is False
-    ray = manifest_of(template, "ServiceAccount", "ray")
-    assert ray["automountServiceAccountToken"] is True  # EKS Pod Identity authenticates the pods with it
+def mounts_api_token(pod: dict, accounts: dict[str, dict]) -> bool:
+    """Kubernetes' rule (ServiceAccount admission, "Opt out of API credential automounting"): the pod's
+    automountServiceAccountToken wins, else its account's, else the token is mounted."""
+    if pod.get("automountServiceAccountToken") is not None:
+        return pod["automountServiceAccountToken"]
+    account = accounts[pod.get("serviceAccountName") or "default"]
+    return account.get("automountServiceAccountToken", True)
+
+
+def test_no_pod_of_the_job_gets_a_kubernetes_api_token(template, cluster):
+    """Head, workers and submitter: Ray and `ray job submit` read nothing in the API (KubeRay's token mode
+    passes the Ray token as a Secret reference), and EKS Pod Identity mounts its own projected token
+    (amazon-eks-pod-identity-webhook pkg/handler/handler.go getPodSpecPatch)."""
+    accounts = {m["metadata"]["name"]: m for m in manifests(template)
+                if m["kind"] == "ServiceAccount" and m["metadata"]["namespace"] == "training"}
+    assert accounts["ray"]["automountServiceAccountToken"] is False and accounts["default"]["automountServiceAccountToken"] is False
+    submitter = manifest_of(template, "RayJob")["spec"]["submitterPodTemplate"]["spec"]
+    for pod in pod_specs(cluster) + [submitter]:
+        assert mounts_api_token(pod, accounts) is False
+        assert mounts_api_token({k: v for k, v in pod.items() if k != "automountServiceAccountToken"}, accounts) is False
+
+
+def test_the_token_rule_mounts_one_when_nothing_says_no():
+    assert mounts_api_token({"serviceAccountName": "ray"}, {"ray": {}}) is True
+    assert mounts_api_token({"serviceAccountName": "ray", "automountServiceAccountToken": True},
+                            {"ray": {"automountServiceAccountToken": False}}) is True
+
+
+def test_the_pods_still_get_aws_credentials_through_pod_identity(template):
+    [association] = [a for a in resources_of(template, "AWS::EKS::PodIdentityAssociation").values()
+                     if a["Properties"]["Namespace"] == "training"]
+    assert association["Properties"]["ServiceAccount"] == "ray"
+    assert all(pod["serviceAccountName"] == "ray" for pod in pod_specs(ray_cluster_of(manifest_of(template, "RayJob"))))
+
+
+def test_the_submitter_pod_is_hardened_like_the_ray_pods(template):
+    pod = manifest_of(template, "RayJob")["spec"]["submitterPodTemplate"]["spec"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert pod["nodeSelector"] == {"role": "system"}
 
 
 def test_hf_token_comes_from_a_secret_reference_never_a_value():
-    cluster = manifest_of(template_for(training={"hf_token_secret": "hf-token"}), "RayCluster")
+    cluster = ray_cluster_of(manifest_of(template_for(training={"hf_token_secret": "hf-token"}), "RayJob"))
     for container in containers(cluster):
         [token] = [e for e in container["env"] if e["name"] == "HF_TOKEN"]
         assert token == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
@@ -238,4 +273,5 @@ def test_hub_model_without_revision_warns():
 def test_every_log_group_is_encrypted_with_the_logs_key(template):
     groups = resources_of(template, "AWS::Logs::LogGroup").values()
     keys = {json.dumps(g["Properties"]["KmsKeyId"]) for g in groups}
-    assert len(groups) == 5 and len(keys) == 1 and "LogsKey" in keys.pop()
+    # control plane, flow logs, 3 Lambdas, 4 Container Insights groups (tests/test_observability.py)
+    assert len(groups) == 9 and len(keys) == 1 and "LogsKey" in keys.pop()

@@ -303,6 +303,9 @@ EDGES_ACCEPTED = [
     {"training.active_deadline_seconds": 60}, {"training.active_deadline_seconds": 7 * 24 * 3600},
     {"training.max_failures": 0}, {"training.max_failures": 100},
     {"training.backoff_limit": 0}, {"training.backoff_limit": 10},
+    {"training.submitter_backoff_limit": 0}, {"training.submitter_backoff_limit": 10},
+    {"training.ttl_seconds_after_finished": 0}, {"training.ttl_seconds_after_finished": 86400},
+    {"training.rerun": 999}, {"gpu_scale_down_delay_minutes": 1}, {"gpu_scale_down_delay_minutes": 1440},
     {"training.ray_version": "2.52.0"}, {"training.hf_token_secret": "a"}, {"training.hf_token_secret": "hf-token.v2"},
     {"training.image": "public.ecr.aws/org/ray@sha256:" + "0" * 64},
 ]
@@ -317,8 +320,14 @@ def test_the_ends_of_every_range_are_accepted(overrides):
     ({"training.active_deadline_seconds": 59}, r"^training.active_deadline_seconds: 59 must be between 60 and 604800$"),
     ({"training.active_deadline_seconds": 604801}, r"^training.active_deadline_seconds: 604801 must be between 60 and 604800$"),
     ({"training.max_failures": 101}, r"^training.max_failures: 101 must be between 0 and 100$"),
-    ({"training.backoff_limit": 11}, r"^training.backoff_limit: 11 must be between 0 and 10 \(submitter retries; "
-                                     r"training retries are training.max_failures\)$"),
+    ({"training.backoff_limit": 11}, r"^training.backoff_limit: 11 must be between 0 and 10 \(retries of the whole job "
+                                     r"on a new cluster; retries inside one are training.max_failures\)$"),
+    ({"training.submitter_backoff_limit": -1}, r"^training.submitter_backoff_limit: -1 must be between 0 and 10$"),
+    ({"training.ttl_seconds_after_finished": 86401},
+     r"^training.ttl_seconds_after_finished: 86401 must be between 0 and 86400 \(the finished job's cluster"),
+    ({"training.rerun": 1000}, r"^training.rerun: 1000 must be between 0 and 999$"),
+    ({"gpu_scale_down_delay_minutes": 0}, r"^gpu_scale_down_delay_minutes: 0 must be between 1 and 1440$"),
+    ({"gpu_scale_to_zero": "maybe"}, r"^gpu_scale_to_zero: expected true or false, got 'maybe'$"),
     ({"training.ray_version": "2.51.9"}, r"^training.ray_version: '2.51.9' must be the image's Ray version, 2.52.0 or later "
                                          r"\(KubeRay's token authentication needs it\)$"),
     ({"training.hf_token_secret": "HF"}, r"^training.hf_token_secret: 'HF' must be a Kubernetes Secret name"),
@@ -378,8 +387,9 @@ def test_the_context_of_a_cdk_json_is_what_the_settings_are_made_of(tmp_path):
 
 KNOWN_SETTINGS = ("account, admin_principal_arn, availability_zones, capacity_reservation_id, endpoint_access, "
                   "endpoint_public_cidrs, gpu_availability_zone, gpu_instance_type, gpu_node_count, gpu_node_disk_gib, "
-                  "gpu_node_taint, kubernetes_version, log_retention_days, nat_gateways, placement_group, region, "
-                  "stack_name, system_instance_type, system_node_count, system_node_disk_gib, tags, training, vpc_cidr")
+                  "gpu_node_taint, gpu_scale_down_delay_minutes, gpu_scale_to_zero, kubernetes_version, "
+                  "log_retention_days, nat_gateways, placement_group, region, stack_name, system_instance_type, "
+                  "system_node_count, system_node_disk_gib, tags, training, vpc_cidr")
 REFUSED_IN_FULL = [
     ({"gpu_instance_type": "m7i.xlarge"}, "gpu_instance_type: m7i.xlarge has no GPU; known EFA GPU types: g5.48xlarge, "
      "g6.12xlarge, g6.48xlarge, g6e.12xlarge, p4d.24xlarge, p5.48xlarge"),

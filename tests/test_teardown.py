@@ -50,3 +50,14 @@ def test_leftover_log_groups_are_listed_with_size_retention_and_delete_command(m
     assert [k.name for k in kept] == ["/aws/eks/EksFsdpEfa/cluster", "/aws/lambda/EksFsdpEfa-KubectlHandler-abc"]
     assert kept[0].detail.endswith("expires after 30 days") and kept[1].detail.endswith("never expires")
     assert kept[1].delete_with == "aws logs delete-log-group --log-group-name /aws/lambda/EksFsdpEfa-KubectlHandler-abc"
+
+
+def test_leftover_container_logs_are_listed_too(monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        logs = boto3.client("logs", region_name="us-east-2")
+        logs.create_log_group(logGroupName="/aws/containerinsights/EksFsdpEfa/application")
+        logs.create_log_group(logGroupName="/aws/containerinsights/Other/application")
+        kept = teardown.leftover_log_groups(logs, teardown.log_group_prefixes("EksFsdpEfa", "EksFsdpEfa"))
+    assert [k.name for k in kept] == ["/aws/containerinsights/EksFsdpEfa/application"]

@@ -18,9 +18,10 @@ EFA_RESOURCE = "vpc.amazonaws.com/efa"
 PLUGIN_PODS = {GPU_RESOURCE: ("nvidia-device-plugin", "NVIDIA device plugin"),
                EFA_RESOURCE: ("efa-k8s-device-plugin", "EFA device plugin")}
 
-# KubeRay 1.7 RayJob deployment statuses after which nothing happens without a change to the RayJob
-# (rayjob_controller.go Reconcile: Complete and Failed return early in clusterSelector mode,
-# ValidationFailed is never reconciled again, Suspended waits for spec.suspend to turn false).
+# KubeRay 1.7 RayJob deployment statuses after which the job runs nothing more (rayjob_controller.go
+# Reconcile: Complete and Failed only handle the cluster's deletion; a failure with backoffLimit left becomes
+# Retrying in the same pass (checkBackoffLimitAndUpdateStatusIfNeeded), so Failed is final; ValidationFailed
+# is never reconciled again; Suspended waits for spec.suspend to turn false).
 TERMINAL_DEPLOYMENT = {"Complete", "Failed", "ValidationFailed", "Suspended"}
 FAILURE_HINTS = {
     "DeadlineExceeded": "the job ran past training.active_deadline_seconds",
@@ -206,32 +207,69 @@ def final_summary(job: JobReport, progress: TrainerProgress, bucket: str | None)
 # ---------------------------------------------------------------- what still bills
 
 
-def still_billing(node_instance_types: list[str], nat_gateways: int, stack_name: str) -> list[str]:
-    """The lines a watch ends with, whatever happened: what runs now, what it costs, how to stop it.
+def still_billed(groups: list[tuple[str, str, int]], nat_gateways: int) -> str:
+    """The line a watch ends with, whatever happened: what bills now and how to stop it.
 
-    A finished, failed or deadline-exceeded RayJob stops no node (activeDeadlineSeconds only marks
-    the RayJob Failed, rayjob_controller.go): the node groups have fixed sizes and run until destroy.
+    `groups` is (role label, instance type, desired size) of each node group, as EKS's DescribeNodegroup
+    says: a GPU group scaled to zero bills nothing, the control plane, system nodes and NAT bill until destroy.
     """
     from cdk_constructs.instance_types import EKS_CONTROL_PLANE_USD_PER_HOUR, INSTANCE_TYPES, NAT_GATEWAY_USD_PER_HOUR
 
-    counts: dict[str, int] = {}
-    for kind in node_instance_types:
-        counts[kind] = counts.get(kind, 0) + 1
     hourly = EKS_CONTROL_PLANE_USD_PER_HOUR + nat_gateways * NAT_GATEWAY_USD_PER_HOUR
-    parts, unknown = [], []
-    for kind, count in sorted(counts.items()):
-        spec = INSTANCE_TYPES.get(kind)
-        if spec is None:
-            unknown.append(kind)
-            parts.append(f"{count} x {kind} (price unknown)")
+    parts, unknown = ["control plane"], False
+    for role, instance_type, count in sorted(groups, key=lambda g: g[0] != "system"):  # system nodes first
+        if count == 0:
             continue
-        hourly += spec.usd_per_hour * count
-        parts.append(f"{count} x {kind} ${spec.usd_per_hour * count:.2f}/h")
-    nodes = ", ".join(parts) if parts else "no nodes"
-    lines = [f"still running and billed: {nodes}, EKS control plane, {nat_gateways} NAT gateway(s): "
-             f"about ${hourly:.2f}/hour{' plus the unknown types' if unknown else ''} (${hourly * 24:.0f}/day)",
-             "the nodes keep running after the job ends (activeDeadlineSeconds stops nothing); "
-             f"stop paying with: make destroy  (cdk destroy {stack_name}; the checkpoint bucket is kept)"]
+        noun = {"system": "system node", "gpu-worker": "GPU node"}.get(role, f"{role} node")
+        parts.append(f"{noun}" if count == 1 else f"{count} {noun}s")
+        spec = INSTANCE_TYPES.get(instance_type)
+        if spec is None:
+            parts[-1] += f" ({instance_type}, price unknown)"
+            unknown = True
+        else:
+            hourly += spec.usd_per_hour * count
+    parts.append("NAT" if nat_gateways == 1 else f"{nat_gateways} NAT gateways")
+    return (f"still billed: {', '.join(parts)}: ${hourly:.2f}/h{' plus the unknown types' if unknown else ''}; "
+            "make destroy to stop")
+
+
+# Kubernetes events along a job's life, by reason: Cluster Autoscaler's (kubernetes/autoscaler 1.36.1:
+# processors/status/eventing_scale_up_processor.go on pods, core/scaleup/orchestrator/executor.go and
+# core/scaledown/actuation on the cluster), the kubelet's image pulls and the scheduler's verdicts.
+LIFECYCLE_EVENTS = {
+    "TriggeredScaleUp": "scale-up requested",
+    "NotTriggerScaleUp": "no scale-up",
+    "ScaledUpGroup": "scale-up",
+    "FailedToScaleUpGroup": "scale-up failed",
+    "ScaleDown": "scale-down",
+    "Pulling": "pulling image",
+    "Pulled": "image pulled",
+}
+# orchestrator/skippedreasons.go BackoffReason: the group's last launch failed (e.g. InsufficientInstanceCapacity,
+# which the AWS provider reads from the ASG's failed scaling activity, auto_scaling_groups.go isNodeGroupAvailable).
+BACKOFF = "in backoff after failed scale-up"
+BACKOFF_HINT = ("the GPU group's last launch failed (InsufficientInstanceCapacity or a quota): the autoscaler "
+                "retries after 5 min, doubling to 30 min, while the workers wait; make preflight checks capacity")
+
+
+def lifecycle_lines(events: list[dict], seen: set) -> list[str]:
+    """One line per new event of LIFECYCLE_EVENTS, oldest first; `seen` remembers what was printed."""
+    def when(event: dict) -> str:
+        return event.get("lastTimestamp") or event.get("eventTime") or ""
+
+    lines = []
+    for event in sorted(events, key=when):
+        reason = event.get("reason")
+        key = (event.get("metadata", {}).get("uid"), event.get("count"), reason)
+        if reason not in LIFECYCLE_EVENTS or key in seen:
+            continue
+        seen.add(key)
+        message = (event.get("message") or "").strip().splitlines()[0][:240] if event.get("message") else ""
+        subject = (event.get("involvedObject") or {}).get("name", "")
+        line = f"{LIFECYCLE_EVENTS[reason]}: {subject}: {message}"
+        if BACKOFF in message:
+            line += f" ({BACKOFF_HINT})"
+        lines.append(line)
     return lines
 
 

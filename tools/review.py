@@ -42,15 +42,31 @@ def _rendered(value) -> str:
     return "deploy-time-value"
 
 
-def training_plan_line(template: dict) -> str | None:
-    """What the RayJob's trainer will do on these nodes (training.plan), from the template's own entrypoint."""
+# What a run's GPU nodes do before the first step, in seconds. Neither figure is published; both are
+# assumptions until a real deploy measures them (`make watch` prints the node's Ready time and the pull).
+GPU_NODE_BOOT_S = 180
+"""EC2 launch into the placement group, AL2023 NVIDIA AMI boot, kubelet join, device plugins registered."""
+RAY_IMAGE_GIB = 12.0
+"""Compressed size assumed for the Ray Train image: AWS publishes none; its guide (aws/deep-learning-containers,
+docs/ray-train/index.md) describes it as the PyTorch training image (EFA, NCCL, flash-attn, Transformer
+Engine, DeepSpeed) plus Ray. The registry's manifest (the sum of its layer sizes) gives the true figure."""
+IMAGE_PULL_MIB_S = 150
+"""containerd's pull and unpack rate through the NAT gateway, assumed."""
+
+
+def _manifests(template: dict, kind: str) -> list[dict]:
+    resources = template.get("Resources", {}).values()
+    found = [json.loads(_rendered(r["Properties"]["Manifest"]).replace("deploy-time-value", "bucket"))
+             for r in resources if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and kind in json.dumps(r)]
+    return [m for manifest in found for m in manifest if m.get("kind") == kind]
+
+
+def training_estimate(template: dict):
+    """(the training.plan line, its Estimate) for the RayJob's entrypoint on these nodes, or None."""
     from training.config import ConfigError, HUB_ARCHITECTURES, parse_args
     from training.plan import MODELS, Workload, choose, cluster_of, estimate, Layout, summary_line
 
-    resources = template.get("Resources", {}).values()
-    manifests = [json.loads(_rendered(r["Properties"]["Manifest"]).replace("deploy-time-value", "bucket"))
-                 for r in resources if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource" and "RayJob" in json.dumps(r)]
-    jobs = [m for manifest in manifests for m in manifest if m.get("kind") == "RayJob"]
+    jobs = _manifests(template, "RayJob")
     if not jobs:
         return None
     try:
@@ -68,7 +84,50 @@ def training_plan_line(template: dict) -> str | None:
     layout_of = lambda sharding: Layout(sharding, not cfg.reshard_after_forward, cfg.reduce_dtype)  # noqa: E731
     chosen = (choose(model, work, cluster, not cfg.reshard_after_forward, cfg.reduce_dtype) if cfg.sharding == "auto"
               else estimate(model, work, cluster, layout_of(cfg.sharding)))
-    return "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)"
+    line = "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)"
+    return line, chosen
+
+
+def training_plan_line(template: dict) -> str | None:
+    """What the RayJob's trainer will do on these nodes (training.plan), from the template's own entrypoint."""
+    found = training_estimate(template)
+    return found[0] if found else None
+
+
+def first_step_s() -> float:
+    """Seconds from a job's start to its first step: GPU nodes boot, then pull the Ray image."""
+    return GPU_NODE_BOOT_S + RAY_IMAGE_GIB * 1024 / IMAGE_PULL_MIB_S
+
+
+def _scale_down_s(template: dict) -> float | None:
+    """The autoscaler's scale-down-unneeded-time, or None when no autoscaler is deployed (fixed GPU nodes)."""
+    for resource in template.get("Resources", {}).values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "Custom::AWSCDK-EKS-HelmChart" and props.get("Chart") == "cluster-autoscaler":
+            unneeded = json.loads(_rendered(props["Values"]))["extraArgs"]["scale-down-unneeded-time"]
+            return float(unneeded.removesuffix("m")) * 60
+    return None
+
+
+def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
+    """Per run: the GPU nodes' hours from their start to their removal (boot and pull, training, the finished
+    cluster's TTL, the autoscaler's scale-down delay); and how long from deploy to the first step."""
+    found = training_estimate(template)
+    jobs = _manifests(template, "RayJob")
+    scale_down = _scale_down_s(template)
+    start = first_step_s()
+    lines = [f"deploy to first step: ~{start / 60:.0f} min after the stack is up (GPU node boot ~{GPU_NODE_BOOT_S / 60:.0f} min "
+             f"+ pulling the ~{RAY_IMAGE_GIB:g} GiB Ray image at ~{IMAGE_PULL_MIB_S} MiB/s; both assumed, see tools/review.py)"]
+    if found is None or not jobs:
+        return lines
+    if scale_down is None:
+        return lines + ["per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost"]
+    ttl = jobs[0]["spec"].get("ttlSecondsAfterFinished", 0)
+    billed_s = start + found[1].run_s + ttl + scale_down
+    lines.append(f"per run: ~${gpu_usd_per_hour * billed_s / 3600:,.2f} of GPU nodes (${gpu_usd_per_hour:.2f}/h for "
+                 f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{found[1].run_s / 60:.0f} + "
+                 f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}), on top of the idle cost")
+    return lines
 
 
 def review_lines(template: dict) -> list[str]:
@@ -76,10 +135,10 @@ def review_lines(template: dict) -> list[str]:
     resources = template.get("Resources", {})
     types = Counter(r["Type"] for r in resources.values())
     lines = [f"{len(resources)} resources"]
-    hourly = 0.0
+    idle, busy_gpu = 0.0, 0.0
     for resource in resources.values():
         if resource["Type"] == "AWS::EKS::Cluster":
-            hourly += EKS_CONTROL_PLANE_USD_PER_HOUR
+            idle += EKS_CONTROL_PLANE_USD_PER_HOUR
             lines.append(f"EKS cluster, Kubernetes {resource['Properties'].get('Version')}: "
                          f"${EKS_CONTROL_PLANE_USD_PER_HOUR:.2f}/h")
     for resource in resources.values():
@@ -87,25 +146,30 @@ def review_lines(template: dict) -> list[str]:
             continue
         props = resource["Properties"]
         instance_type = props["InstanceTypes"][0]
-        count = props["ScalingConfig"]["DesiredSize"]
+        scaling = props["ScalingConfig"]
+        low, high = scaling["MinSize"], scaling["MaxSize"]
         spec = INSTANCE_TYPES.get(instance_type)
         price = spec.usd_per_hour if spec else 0.0
-        hourly += price * count
+        idle += price * low
+        busy_gpu += price * (high - low) if spec and spec.gpus else 0.0
         role = props.get("Labels", {}).get("role", "nodes")
         gpus = f", {spec.gpus} x {spec.gpu_model} GPU, {spec.efa_interfaces} EFA each" if spec and spec.gpus else ""
+        count = f"{low}" if low == high else f"{low} to {high} (autoscaled)"
         lines.append(
             f"{role}: {count} x {instance_type}{gpus}, AMI {props.get('AmiType')}, "
-            f"AZ {', '.join(_subnet_azs(resources, props.get('Subnets', [])))}: ${price * count:.2f}/h"
+            f"AZ {', '.join(_subnet_azs(resources, props.get('Subnets', [])))}: ${price * low:.2f}/h"
+            + (f", ${price * high:.2f}/h while a job runs" if low != high else "")
         )
     nat = types.get("AWS::EC2::NatGateway", 0)
-    hourly += nat * NAT_GATEWAY_USD_PER_HOUR
+    idle += nat * NAT_GATEWAY_USD_PER_HOUR
     lines.append(f"NAT gateways: {nat}: ${nat * NAT_GATEWAY_USD_PER_HOUR:.3f}/h (plus data processed)")
     lines.append(f"placement group: {'cluster' if types.get('AWS::EC2::PlacementGroup') else 'none'}")
-    lines.append(f"estimated on-demand cost: ${hourly:.2f}/hour (${hourly * 24:.0f}/day; {PRICES_AS_OF}; "
+    lines.append(f"idle cost (no job running): ${idle:.2f}/hour (${idle * 24:.0f}/day; {PRICES_AS_OF}; "
                  "excludes storage, data transfer and logs)")
     plan = training_plan_line(template)
     if plan:
         lines.append(plan)
+    lines += job_cost_lines(template, busy_gpu)
     return lines
 
 

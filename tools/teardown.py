@@ -73,8 +73,9 @@ def leftover_log_groups(logs, prefixes: list[str]) -> list[Kept]:
 
 
 def log_group_prefixes(stack_name: str, cluster_name: str) -> list[str]:
-    """Where this stack's logs can be: EKS's control-plane group, its Lambdas' default groups."""
-    return [f"/aws/eks/{cluster_name}/", f"/aws/lambda/{stack_name}-"]
+    """Where this stack's logs can be: EKS's control-plane group, its Lambdas' default groups, and the
+    containers' logs and Container Insights (which Fluent Bit and the agent recreate if they outlive theirs)."""
+    return [f"/aws/eks/{cluster_name}/", f"/aws/lambda/{stack_name}-", f"/aws/containerinsights/{cluster_name}/"]
 
 
 def kept_report(kept: list[Kept]) -> str:

@@ -3,12 +3,15 @@
 1. Reads the stack's outputs (cluster, namespace, RayJob, bucket) from CloudFormation.
 2. Talks to the EKS API with a token signed from the caller's AWS credentials (no kubectl or
    aws CLI needed; the caller needs an access entry: the admin_principal_arn setting).
-3. Waits until every GPU node advertises the GPUs and EFA devices its worker pod requests,
-   naming the node and what is missing when that does not happen in time.
-4. Follows the RayJob to its end, printing each status change and the trainer's step lines,
-   then a summary: result, NCCL transport verdict, tokens/s, where the checkpoints are, and the
-   run's report (tools.report: a PNG of loss, validation loss, throughput, MFU and memory).
-Exit status: 0 when the job succeeded, 1 when it failed or nodes never became ready, 2 on errors.
+3. Follows the RayJob through its life: its status changes; Cluster Autoscaler's scale-up for the
+   pending workers, or why there is none (its events: no capacity shows as a back-off); the GPU
+   nodes until each advertises the GPUs and EFA devices its worker requests; the image pulls; the
+   trainer's step lines; then a summary: result, NCCL transport verdict, tokens/s, where the
+   checkpoints are, and the run's report (tools.report).
+4. After the job: KubeRay deleting its RayCluster (after ttl_seconds_after_finished), and the GPU
+   nodes going back to zero (after the scale-down delay).
+5. Ends, whatever happened, with what still bills: the node groups (EKS API) and their running instances (EC2).
+Exit status: 0 when the job succeeded, 1 when it failed, 2 on errors.
 """
 
 from __future__ import annotations
@@ -82,40 +85,114 @@ def _plain(api, obj) -> dict:
     return api.sanitize_for_serialization(obj)
 
 
-def wait_for_gpu_nodes(api, s: Settings, timeout_s: int, poll_s: int) -> bool:
+RAYCLUSTER = ("ray.io", "v1", "rayclusters")
+# KubeRay labels the RayCluster it makes for a RayJob with the job's name (rayjob_controller.go
+# constructRayClusterForRayJob, utils.RayOriginatedFromCRNameLabelKey).
+ORIGINATED_FROM = "ray.io/originated-from-cr-name"
+
+
+def gpu_nodes(api) -> list[dict]:
     from kubernetes import client
 
     from cdk_constructs.node_groups import GPU_NODE_LABELS
 
-    core = client.CoreV1Api(api)
-    spec = INSTANCE_TYPES[s.gpu_instance_type]
-    selector = ",".join(f"{k}={v}" for k, v in GPU_NODE_LABELS.items())
-    deadline, last = time.monotonic() + timeout_s, None
-    print(f"waiting for {s.gpu_node_count} GPU node(s) with {spec.gpus} x {cs.GPU_RESOURCE} and "
-          f"{spec.efa_interfaces} x {cs.EFA_RESOURCE} allocatable", flush=True)
-    while True:
-        nodes = [_plain(api, n) for n in core.list_node(label_selector=selector).items]
+    selector = f"role={GPU_NODE_LABELS['role']}"
+    return [_plain(api, n) for n in client.CoreV1Api(api).list_node(label_selector=selector).items]
+
+
+def progress_reporter(api, s: Settings, namespace: str):
+    """A function that returns the new lines of the job's life since its last call: autoscaler and
+    image-pull events, and the GPU nodes' readiness (GPUs and EFA devices allocatable)."""
+    from kubernetes import client
+
+    core, spec, seen, last = client.CoreV1Api(api), INSTANCE_TYPES[s.gpu_instance_type], set(), {"nodes": None}
+
+    def report() -> list[str]:
+        events = [_plain(api, e) for ns in (namespace, "kube-system") for e in core.list_namespaced_event(ns).items]
+        lines = cs.lifecycle_lines(events, seen)
         pods = _plain(api, core.list_namespaced_pod("kube-system"))["items"]
-        on_node = {}
+        on_node: dict = {}
         for pod in pods:
             on_node.setdefault(pod.get("spec", {}).get("nodeName"), []).append(pod["metadata"]["name"])
-        reports = [cs.node_report(n, spec.gpus, spec.efa_interfaces, on_node.get(n["metadata"]["name"], []))
-                   for n in nodes]
+        nodes = gpu_nodes(api)
+        reports = [cs.node_report(n, spec.gpus, spec.efa_interfaces, on_node.get(n["metadata"]["name"], [])) for n in nodes]
         ready, problems = cs.nodes_verdict(reports, s.gpu_node_count)
-        if ready:
-            print(f"all {len(reports)} GPU node(s) ready: " + ", ".join(f"{r.name} ({r.gpus} GPU, {r.efa} EFA)" for r in reports))
-            return True
-        if problems != last:
-            print("  " + "\n  ".join(problems), flush=True)
-            last = problems
-        if time.monotonic() > deadline:
-            print(f"FAILED: GPU nodes not ready after {timeout_s} s:\n  " + "\n  ".join(problems))
-            return False
+        state = ("ready", tuple(r.name for r in reports)) if ready else tuple(problems)
+        if state != last["nodes"]:
+            last["nodes"] = state
+            lines += ([f"all {len(reports)} GPU node(s) ready: " + ", ".join(f"{r.name} ({r.gpus} GPU, {r.efa} EFA)"
+                                                                       for r in reports)] if ready else problems)
+        return lines
+
+    return report
+
+
+def job_is_over(api, namespace: str, job_name: str) -> bool:
+    from kubernetes import client
+
+    rayjob = client.CustomObjectsApi(api).get_namespaced_custom_object(*RAYJOB[:2], namespace, RAYJOB[2], job_name)
+    return cs.rayjob_report(rayjob).terminal
+
+
+def follow_teardown(api, s: Settings, namespace: str, job_name: str, poll_s: int, timeout_s: int) -> None:
+    """After the job: its RayCluster deleted by KubeRay, then the GPU nodes removed by the autoscaler."""
+    from kubernetes import client
+
+    custom, started, cluster_gone = client.CustomObjectsApi(api), time.monotonic(), False
+    while time.monotonic() - started < timeout_s:
+        if not cluster_gone:
+            clusters = custom.list_namespaced_custom_object(*RAYCLUSTER[:2], namespace, RAYCLUSTER[2],
+                                                            label_selector=f"{ORIGINATED_FROM}={job_name}")["items"]
+            if not clusters:
+                cluster_gone = True
+                print(time.strftime("%H:%M:%S ") + f"RayCluster of {job_name} deleted", flush=True)
+                if not s.gpu_scale_to_zero:
+                    print("GPU nodes stay up (gpu_scale_to_zero is false)", flush=True)
+                    return
+        if cluster_gone and not gpu_nodes(api):
+            print(time.strftime("%H:%M:%S ") + "GPU nodes at zero", flush=True)
+            return
         time.sleep(poll_s)
+    print(f"still waiting after {timeout_s} s for {'the GPU nodes to go' if cluster_gone else 'KubeRay to delete the cluster'}; "
+          "make watch looks again", flush=True)
 
 
-def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: int, timeout_s: int) -> bool:
-    """Follow the RayJob until a terminal state (True when it succeeded) or until timeout_s have passed."""
+def node_groups(session, cluster_name: str, region: str) -> list[tuple[str, str, int]]:
+    """(role label, instance type, instances running) of each node group of the cluster: the groups from
+    the EKS API, their instances from EC2 by the tags EKS puts on them (eks:cluster-name, eks:nodegroup-name),
+    which is what bills, whatever size the autoscaler last asked for."""
+    eks = session.client("eks", region_name=region)
+    names = eks.list_nodegroups(clusterName=cluster_name)["nodegroups"]
+    ec2, groups = session.client("ec2", region_name=region), []
+    for name in names:
+        group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=name)["nodegroup"]
+        filters = [{"Name": "tag:eks:cluster-name", "Values": [cluster_name]},
+                   {"Name": "tag:eks:nodegroup-name", "Values": [name]},
+                   {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        running = sum(len(r["Instances"]) for page in pages for r in page["Reservations"])
+        groups.append(((group.get("labels") or {}).get("role", name), (group.get("instanceTypes") or ["unknown"])[0],
+                       running))
+    return groups
+
+
+def billing_line(session, s: Settings, cluster_name: str) -> str:
+    """What still bills: the node groups' sizes as EKS reports them, else what the settings deploy."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        groups = node_groups(session, cluster_name, s.region)
+    except (BotoCoreError, ClientError) as error:
+        groups = [("system", s.system_instance_type, s.system_node_count),
+                  ("gpu-worker", s.gpu_instance_type, s.gpu_node_count)]
+        print(f"(node groups unreadable: {str(error).splitlines()[0][:120]}; assuming the GPU nodes run)", flush=True)
+    return cs.still_billed(groups, s.nat_gateways)
+
+
+def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: int, timeout_s: int,
+               progress=None) -> bool:
+    """Follow the RayJob until a terminal state (True when it succeeded) or until timeout_s have passed;
+    `progress` (progress_reporter) adds the lines of what happens around it."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -134,6 +211,8 @@ def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: i
         if job.line != last_line:
             print(time.strftime("%H:%M:%S ") + job.line, flush=True)
             last_line = job.line
+        for line in progress() if progress and not job.terminal else []:
+            print(time.strftime("%H:%M:%S ") + line, flush=True)
         submitters = core.list_namespaced_pod(namespace, label_selector=f"job-name={job_name}").items
         if submitters:
             newest = max(submitters, key=lambda p: p.metadata.creation_timestamp)
@@ -170,21 +249,6 @@ def print_report(run: str | None) -> None:
         print(f"no report: {error}", flush=True)
 
 
-def billing_lines(api, s: Settings) -> list[str]:
-    """What still runs, read from the cluster's nodes when it answers, else from the settings."""
-    try:
-        from kubernetes import client
-
-        nodes = [_plain(api, n) for n in client.CoreV1Api(api).list_node().items] if api else None
-    except Exception:  # the cluster may be unreachable by now; the settings still say what was deployed
-        nodes = None
-    if nodes is None:
-        kinds = [s.gpu_instance_type] * s.gpu_node_count + [s.system_instance_type] * s.system_node_count
-    else:
-        kinds = cs.node_instance_types(nodes)
-    return cs.still_billing(kinds, s.nat_gateways, s.stack_name)
-
-
 def positive_int(text: str) -> int:
     import argparse
 
@@ -199,7 +263,9 @@ def positive_int(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.watch", __doc__)
-    parser.add_argument("--node-timeout", type=positive_int, default=1800, help="seconds to wait for GPU nodes")
+    parser.add_argument("--teardown-timeout", type=positive_int, default=None,
+                        help="seconds to follow the cluster's deletion and the GPU nodes' removal after the job "
+                             "(default: the TTL plus the scale-down delay plus 10 minutes)")
     parser.add_argument("--poll", type=positive_int, default=15, help="seconds between polls")
     parser.add_argument("--job-timeout", type=positive_int, default=None,
                         help="seconds to follow the job before giving up (default: its deadline plus 30 minutes)")
@@ -215,13 +281,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outputs = stack_outputs(session, s)
         api = kubernetes_api(session, outputs["ClusterName"], s.region)
-        if not wait_for_gpu_nodes(api, s, args.node_timeout, args.poll):
-            code = 1
-        else:
-            timeout = args.job_timeout or s.training.active_deadline_seconds + 1800
-            succeeded = follow_job(api, outputs["Namespace"], outputs["RayJobName"], outputs.get("CheckpointBucket"),
-                                   args.poll, timeout)
-            code = 0 if succeeded else 1
+        namespace, job = outputs["Namespace"], outputs["RayJobName"]
+        print(f"job {namespace}/{job}: GPU nodes start when its workers wait for them", flush=True)
+        timeout = args.job_timeout or s.training.active_deadline_seconds + 1800
+        succeeded = follow_job(api, namespace, job, outputs.get("CheckpointBucket"), args.poll, timeout,
+                               progress_reporter(api, s, namespace))
+        code = 0 if succeeded else 1
+        if job_is_over(api, namespace, job):
+            after = (args.teardown_timeout
+                     or s.training.ttl_seconds_after_finished + 60 * s.gpu_scale_down_delay_minutes + 600)
+            follow_teardown(api, s, namespace, job, args.poll, after)
     except NoCredentialsError:
         print("error: no AWS credentials found; run `aws configure` or `aws sso login` first", file=sys.stderr)
     except KeyError as missing:
@@ -237,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("stopped watching; the job goes on (make watch to follow it again)", file=sys.stderr)
     if outputs is not None:  # the stack exists: whatever happened, say what it costs and how to stop it
-        print("\n".join(billing_lines(api, s)), flush=True)
+        print(billing_line(session, s, outputs.get("ClusterName", s.eks_cluster_name)), flush=True)
     return code
 
 
