@@ -645,7 +645,7 @@ def _unwritable_folder(out: Path) -> str | None:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as error:
-        return error.strerror or type(error).__name__
+        return error.strerror
     return None
 
 

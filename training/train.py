@@ -45,7 +45,8 @@ def train_func(config: dict) -> None:
     device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa)  # before NCCL's first collective
+    # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
+    first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa and device.type == "cuda")
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
