@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""CDK entry point: read settings, build the stack, check it with cdk-nag."""
+"""CDK entry point: read settings, build the stack, check it with cdk-nag (AwsSolutions and our EksV2 rules)."""
 
 import sys
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from stacks.eks_nag import EksV2Checks
 from stacks.settings import SettingsError, settings_from_context
 from stacks.training_cluster import EfaTrainingStack
 
@@ -16,4 +17,6 @@ except SettingsError as error:
     sys.exit(f"error: {error}")
 EfaTrainingStack(app, settings.stack_name, settings)
 cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
+# cdk-nag's EKS rules do not see the aws_eks_v2 cluster; ours do (stacks/eks_nag.py).
+cdk.Aspects.of(app).add(EksV2Checks(verbose=True))
 app.synth()

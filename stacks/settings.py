@@ -43,6 +43,8 @@ _TAG_SYMBOLS = set(" _.:/=+-@")
 _FORBIDDEN_VPC_RANGES = tuple(ipaddress.IPv4Network(c) for c in
                               ("0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4"))
 MAX_AVAILABILITY_ZONES = 6
+# EKS User Guide, "Amazon EKS service quotas": public endpoint access CIDR ranges per cluster, 40, not adjustable.
+MAX_PUBLIC_ENDPOINT_CIDRS = 40
 
 
 class SettingsError(ValueError):
@@ -404,6 +406,9 @@ def validate(s: Settings) -> None:
                  "endpoint_public_cidrs: a private endpoint has no public CIDRs (unset it, or set endpoint_access=public_and_private)")
         _require(len(s.endpoint_public_cidrs) > 0,
                  "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set endpoint_access=private)")
+        _require(len(s.endpoint_public_cidrs) <= MAX_PUBLIC_ENDPOINT_CIDRS,
+                 f"endpoint_public_cidrs: {len(s.endpoint_public_cidrs)} CIDRs; EKS takes at most "
+                 f"{MAX_PUBLIC_ENDPOINT_CIDRS} per cluster (a quota that cannot be raised): merge ranges")
         for cidr in s.endpoint_public_cidrs:
             _validate_cidr("endpoint_public_cidrs", cidr, min_prefix=0, max_prefix=32)
     if s.admin_principal_arn is not None:
@@ -569,6 +574,32 @@ def _validate_training(s: Settings) -> None:
     except ConfigError as error:
         option, _, rest = str(error).partition(": ")
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
+    _validate_pod_paths(t)
+
+
+def _validate_pod_paths(t: TrainingSettings) -> None:
+    """The trainer runs in the pods, whose working directory and home are not the user's: a relative
+    path that the trainer accepts on a laptop names nothing (or something else) there."""
+    from training.config import BUILTIN_MODELS, HF_DATA_SPEC, SYNTHETIC_DATA
+
+    def local_path(value: str | None) -> str | None:
+        if value is None or value in BUILTIN_MODELS or value in SYNTHETIC_DATA or "://" in value:
+            return None
+        if value.startswith("hf:"):
+            repo = HF_DATA_SPEC.fullmatch(value).group("repo")
+            return repo if repo.startswith(("/", ".", "~")) else None  # else a Hub dataset id
+        return value
+
+    model = local_path(t.model)
+    if model is not None and not is_hub_model(model):
+        _require(model.startswith("/"), f"training.model: {t.model!r} is not an absolute path, and the pods' working "
+                 "directory is not yours; give a built-in (qwen2.5-1.5b, tiny), a hub id org/name, an absolute pod path "
+                 "(/...) or s3://bucket/prefix")
+    for key, value in (("training.data", t.data), ("training.val_data", t.val_data)):
+        path = local_path(value)
+        _require(path is None or path.startswith("/"), f"{key}: {value!r} is not an absolute path, and the pods' "
+                 "working directory is not yours; give random, pattern, hf:org/name[:split], an absolute pod path "
+                 "(/... or hf:/folder) or s3://bucket/prefix")
 
 
 def reproducibility_warnings(s: Settings) -> list[tuple[str, str]]:

@@ -41,7 +41,7 @@ class EfaTrainingStack(Stack):
         self._add_log_retention()
         for key, value in settings.tags.items():
             Tags.of(self).add(key, value)
-        add_nag_suppressions(self, self.cluster)
+        add_nag_suppressions(self, self.cluster, endpoint_cidrs_unset=settings.endpoint_public_cidrs is None)
 
     @property
     def availability_zones(self) -> list[str]:

@@ -150,3 +150,18 @@ def test_bad_benchmark_options_are_one_line_before_anything_runs(tmp_path, capsy
     assert bench.main([*argv, "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip() == message
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_out_that_is_a_file_is_one_line_before_anything_runs(tmp_path, capsys):
+    taken = tmp_path / "results.txt"
+    taken.write_text("an earlier run's notes")
+    assert bench.main(["--cpu", "--out", str(taken)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out: {str(taken)!r} is not a writable folder (it is a file)"
+    assert taken.read_text() == "an earlier run's notes"
+
+
+def test_out_below_a_file_is_one_line_before_anything_runs(tmp_path, capsys):
+    (tmp_path / "notes").write_text("")
+    out = tmp_path / "notes" / "bench"
+    assert bench.main(["--cpu", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: --out: {str(out)!r} is not a writable folder (Not a directory)"

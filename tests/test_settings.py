@@ -78,6 +78,10 @@ BAD_SETTINGS = [
     ({"endpoint_access": "open"}, r"endpoint_access: 'open' must be one of public, private, public_and_private"),
     ({"endpoint_public_cidrs": []}, r"endpoint_public_cidrs: a public endpoint needs at least one CIDR"),
     ({"endpoint_public_cidrs": ["1.2.3.4/40"]}, r"endpoint_public_cidrs: '1.2.3.4/40' is not an IPv4 CIDR"),
+    # EKS service quotas: 40 public endpoint CIDR ranges per cluster, not adjustable
+    ({"endpoint_public_cidrs": [f"203.0.113.{i}/32" for i in range(41)]},
+     r"^endpoint_public_cidrs: 41 CIDRs; EKS takes at most 40 per cluster \(a quota that cannot be raised\): merge ranges$"),
+    ({"endpoint_public_cidrs": [f"203.0.113.{i}/32" for i in range(40)]}, None),
     ({"admin_principal_arn": "admin"}, r"admin_principal_arn: 'admin' must be an IAM role or user ARN"),
     ({"admin_principal_arn": "arn:aws:sts::123456789012:federated-user/bob"},
      r"admin_principal_arn: .* is a federated-user, which EKS access entries do not take"),
@@ -136,7 +140,19 @@ BAD_SETTINGS = [
     ({"training.loss_chunk_tokens": 0}, r"training.loss_chunk_tokens: 0 must be between 1 and"),
     ({"gpu_node_count": 64, "gpu_instance_type": "p5.48xlarge", "training.steps": 5, "training.checkpoint_every": 0}, None),
     ({"training.model": "no such model"}, r"training.model: 'no such model' is not a built-in"),
-    ({"training.model": "../../etc/passwd"}, None),
+    # pod paths: the RayJob's working directory is not the user's (a relative path names nothing there)
+    ({"training.model": "../../etc/passwd"}, r"^training.model: '../../etc/passwd' is not an absolute path, and the pods' "
+     r"working directory is not yours; give a built-in \(qwen2.5-1.5b, tiny\), a hub id org/name, an absolute pod path"),
+    ({"training.model": "./my-model"}, r"^training.model: './my-model' is not an absolute path"),
+    ({"training.model": "~/models/qwen"}, r"^training.model: '~/models/qwen' is not an absolute path"),
+    ({"training.model": "/models/qwen"}, None),
+    ({"training.data": "data/train.jsonl"}, r"^training.data: 'data/train.jsonl' is not an absolute path, and the pods' "
+     r"working directory is not yours; give random, pattern, hf:org/name\[:split\], an absolute pod path"),
+    ({"training.data": "train.jsonl"}, r"^training.data: 'train.jsonl' is not an absolute path"),
+    ({"training.data": "hf:./saved:train"}, r"^training.data: 'hf:./saved:train' is not an absolute path"),
+    ({"training.data": "/data/train.jsonl"}, None),
+    ({"training.data": "hf:/data/saved:train"}, None),
+    ({"training.data": "/data/train.jsonl", "training.val_data": "val/"}, r"^training.val_data: 'val/' is not an absolute path"),
     ({"training.model": "Qwen/../../x"}, r"training.model: 'Qwen/../../x' is not a built-in"),
     ({"training.model": "s3://"}, r"training.model: 's3://' must be s3://bucket/prefix with a valid bucket name"),
     ({"training.data": "gs://bucket/x.jsonl"}, r"training.data: 'gs://bucket/x.jsonl' must be a local path, file:// or s3://bucket/prefix"),
@@ -156,7 +172,7 @@ BAD_SETTINGS = [
 ]
 @pytest.mark.parametrize("overrides,message", BAD_SETTINGS, ids=[next(iter(o)) + "-" + str(i) for i, (o, _) in enumerate(BAD_SETTINGS)])
 def test_bad_setting_is_refused_with_one_line(overrides, message):
-    if message is None:  # accepted on purpose: a path is the trainer's to find (a pod path), a large cluster is fine
+    if message is None:  # accepted on purpose: an absolute pod path is the trainer's to find, a large cluster and 40 CIDRs are fine
         settings_from_context(base_context() | overrides)
         return
     with pytest.raises(SettingsError, match=message) as error:

@@ -1,11 +1,13 @@
 """Print what a synthesized stack will create and what it costs per hour on demand.
 
 Reads the templates in cdk.out (what `cdk deploy` would send), not the settings, so the
-review shows the real result of any `-c` overrides.
+review shows the real result of any `-c` overrides; and cdk-nag's reports there: every finding,
+and every suppression with its reason.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shlex
@@ -173,6 +175,28 @@ def review_lines(template: dict) -> list[str]:
     return lines
 
 
+def nag_report_rows(out: Path, stack: str) -> list[dict]:
+    """The rows of every cdk-nag pack's report of one stack (AwsSolutions, EksV2: <pack>-<path>-NagReport.csv)."""
+    rows = []
+    for report in sorted(out.glob(f"*-{stack}-NagReport.csv")):
+        with report.open(newline="") as stream:
+            rows.extend(csv.DictReader(stream))
+    return rows
+
+
+def nag_lines(rows: list[dict]) -> list[str]:
+    """cdk-nag's report as review lines: every finding, then each suppression once with its reason."""
+    findings = [r for r in rows if r["Compliance"] not in ("Compliant", "Suppressed")]
+    # A suppression given for several findings (a list of managed policies) carries the finding first: [Policy::...]
+    suppressed = Counter((r["Rule ID"], re.sub(r"^\[[^\]]*\] ", "", r["Exception Reason"]))
+                         for r in rows if r["Compliance"] == "Suppressed")
+    lines = [f"cdk-nag: {len(rows)} checks, {len(findings)} finding(s), {sum(suppressed.values())} suppressed"]
+    lines += [f"{r['Rule Level'].lower()} {r['Rule ID']} ({r['Compliance'].lower()}) {r['Resource ID']}: {r['Rule Info']}"
+              for r in findings]
+    lines += [f"suppressed {rule} x{count}: {reason}" for (rule, reason), count in suppressed.items()]
+    return lines
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0] if argv else "cdk.out")
     manifest = json.loads((out / "manifest.json").read_text())
@@ -181,7 +205,7 @@ def main(argv: list[str]) -> int:
             continue
         template = json.loads((out / artifact["properties"]["templateFile"]).read_text())
         print(f"== {name} ({artifact.get('environment', '')})")
-        for line in review_lines(template):
+        for line in review_lines(template) + nag_lines(nag_report_rows(out, name)):
             print(f"   {line}")
         print("   review everything in", out / artifact["properties"]["templateFile"])
     return 0

@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -718,6 +719,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _unwritable_folder(out: Path) -> str | None:
+    """Why the results cannot be written to this folder (made if missing), or None: found before
+    the GPUs are booked, not at the first result."""
+    if out.exists() and not out.is_dir():
+        return "it is a file"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        return error.strerror
+    return None
+
+
 def check_args(args) -> str | None:
     """Fill in --gpus and refuse what cannot run, as one line naming the option."""
     if args.model not in BUILTIN_MODELS:
@@ -726,6 +741,9 @@ def check_args(args) -> str | None:
         return f"--warmup/--steps: {args.warmup}/{args.steps} must both be at least 1"
     if args.gpus is not None and args.gpus < 1:
         return f"--gpus: {args.gpus} must be at least 1"
+    unwritable = _unwritable_folder(Path(args.out))
+    if unwritable:
+        return f"--out: {args.out!r} is not a writable folder ({unwritable})"
     if args.cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         args.gpus = args.gpus or 1

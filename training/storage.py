@@ -26,6 +26,11 @@ def read_text(uri: str) -> str:
         return stream.read().decode()
 
 
+def remove(uri: str) -> None:
+    fs, path = _filesystem(uri)
+    fs.delete_file(path)
+
+
 def upload_folder(local: str | Path, uri: str) -> None:
     import pyarrow.fs
 

@@ -28,11 +28,14 @@ NCCL_LOG_ROOT = "/tmp/nccl-logs"
 
 
 def train_func(config: dict) -> None:
+    import socket
+
     import ray.train
 
     from training import checkpoint as ckpt
     from training.model import build_model
     from training.records import RecordWriter
+    from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
     from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
 
@@ -42,6 +45,8 @@ def train_func(config: dict) -> None:
     device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
+    first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa and device.type == "cuda")
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
