@@ -29,6 +29,13 @@ def builtin_config(name: str):
             num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=MODEL_MAX_POSITIONS[name],
             rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
         )
+    if name == "qwen2.5-7b":
+        # Qwen2.5-7B's published architecture: 7,615,616,512 parameters, embedding and head untied.
+        return Qwen2Config(
+            vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+            num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=MODEL_MAX_POSITIONS[name],
+            rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        )
     if name == "tiny":
         return Qwen2Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -80,8 +87,44 @@ class CausalLMWithLoss(nn.Module):
         return linear_cross_entropy(hidden, self.lm.lm_head.weight, labels.reshape(-1), self.loss_chunk_tokens, scale)
 
 
+def lora_config(cfg: TrainConfig, config=None):
+    """peft's LoraConfig of the run's adapters (None: full fine-tuning). With `config`, named target
+    modules are checked against its decoder layers' linear layers (ConfigError naming them)."""
+    if cfg.lora_rank == 0:
+        return None
+    from peft import LoraConfig
+
+    from training.config import LORA_ALL_LINEAR, ConfigError
+
+    targets = cfg.lora_target_modules
+    if config is not None and targets != LORA_ALL_LINEAR:
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            layer = AutoModelForCausalLM.from_config(config).model.layers[0]
+        linear = [name.rsplit(".", 1)[-1] for name, m in layer.named_modules() if isinstance(m, nn.Linear)]
+        unknown = [t for t in targets.split(",") if t not in linear]
+        if unknown:
+            raise ConfigError(f"--lora-target-modules: {', '.join(unknown)} not among the linear layers of "
+                              f"{config.model_type}'s decoder layers ({', '.join(linear)})")
+    return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets if targets == LORA_ALL_LINEAR else targets.split(","))
+
+
+def add_lora(lm: nn.Module, lora) -> None:
+    """peft's adapters injected in place (module names keep the Hugging Face layout, which
+    CausalLMWithLoss relies on); every other weight is frozen and stored in bf16."""
+    from peft import inject_adapter_in_model
+
+    inject_adapter_in_model(lora, lm)
+    for param in lm.parameters():
+        if not param.requires_grad:
+            param.data = param.data.to(torch.bfloat16)  # in place: the tied embedding stays one parameter
+
+
 def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
-    """Rank 0's full fp32 weights: pretrained from the hub/path, or seeded random init."""
+    """Rank 0's full fp32 weights: pretrained from the hub/path, or seeded random init; with LoRA,
+    the adapters' seeded initialisation (peft's: B = 0, so training starts from the base model)."""
     from transformers import AutoModelForCausalLM
 
     if builtin_config(cfg.model) is None:
@@ -93,6 +136,12 @@ def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor
     else:
         torch.manual_seed(cfg.seed)
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    lora = lora_config(cfg)
+    if lora:
+        from peft import inject_adapter_in_model
+
+        torch.manual_seed(cfg.seed)
+        inject_adapter_in_model(lora, lm)
     return {f"lm.{k}": v for k, v in lm.state_dict().items()}
 
 
@@ -141,12 +190,16 @@ def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard
     The tied embedding and lm_head are one parameter, so they must share a unit: the root. With a
     2-D mesh every unit is hybrid-sharded (HSDP): sharded along "shard", replicated along "replicate".
     On GPU: bf16 compute, fp32 master weights and optimizer state, gradients reduced in reduce_dtype.
-    On CPU (gloo): fp32 throughout (torch 2.13 averages gradients on gloo as on NCCL).
+    On CPU (gloo): fp32 compute (torch 2.13 averages gradients on gloo as on NCCL).
+    LoRA: a layer's unit holds its frozen bf16 base weights and its trainable fp32 adapters. FSDP2
+    requires one original dtype only among a unit's trainable parameters (_fsdp_param_group.py,
+    _init_mp_dtypes) and all-gathers mixed dtypes as bytes, so no separate units are needed; only
+    the adapters get gradients, and only they are reduced.
     """
     if device.type == "cuda":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
-    else:
-        mp = MixedPrecisionPolicy()
+    else:  # fp32 compute: frozen bf16 LoRA base weights are gathered as fp32 (fp32 weights are unchanged)
+        mp = MixedPrecisionPolicy(param_dtype=torch.float32)
     for layer in model.decoder_layers:
         fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     # The root's parameters are used last in forward and first in backward: keep them gathered.
@@ -180,6 +233,9 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         full_state = full_state_dict_on_rank0(cfg, config)
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention_kernel(cfg, device))
+        lora = lora_config(cfg, config)
+        if lora:
+            add_lora(lm, lora)
         model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
