@@ -120,7 +120,7 @@ def test_cluster_defaults_are_the_l4_profile():
 
 def test_bad_model_is_one_line(capsys):
     assert bench.main(["--model", "llama", "--cpu"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --model: 'llama' is not a built-in config (qwen2.5-1.5b, qwen2.5-7b, tiny)"
+    assert capsys.readouterr().err.strip() == "error: --model: 'llama' is not a built-in config (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny)"
 
 
 def test_cpu_run_writes_results_and_table(tmp_path):

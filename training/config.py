@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from training.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
-BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "tiny")
+BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
 # The longest sequence each known architecture was built for (the Qwen2.5 model cards: 32,768).
 MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "qwen2.5-7b": 32768, "qwen2.5-14b": 32768, "tiny": 4096}
 # Hub models whose architecture is known here (what synth can know without a download).
@@ -333,6 +333,10 @@ def check_inputs(c: TrainConfig) -> None:
             raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
     if c.model.startswith("s3://"):
         _check_s3("--model", c.model.rstrip("/") + "/config.json")
+    elif c.lora_rank and _HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here
+        from training.model import lora_config, model_config
+
+        lora_config(c, model_config(c))  # the named target modules exist
     for option, value in (("--data", c.data), ("--val-data", c.val_data)):
         if value is None or value in SYNTHETIC_DATA:
             continue

@@ -36,6 +36,13 @@ def builtin_config(name: str):
             num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=MODEL_MAX_POSITIONS[name],
             rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
         )
+    if name == "qwen2.5-14b":
+        # Qwen2.5-14B's published architecture: 14,770,033,664 parameters, embedding and head untied.
+        return Qwen2Config(
+            vocab_size=152064, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+            num_attention_heads=40, num_key_value_heads=8, max_position_embeddings=MODEL_MAX_POSITIONS[name],
+            rope_theta=1_000_000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        )
     if name == "tiny":
         return Qwen2Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
