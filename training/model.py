@@ -131,7 +131,7 @@ def add_lora(lm: nn.Module, lora) -> None:
 
 def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
     """Rank 0's full fp32 weights: pretrained from the hub/path, or seeded random init; with LoRA,
-    the adapters' seeded initialisation (peft's: B = 0, so training starts from the base model)."""
+    the adapters added (with_adapters)."""
     from transformers import AutoModelForCausalLM
 
     if builtin_config(cfg.model) is None:
@@ -143,12 +143,23 @@ def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor
     else:
         torch.manual_seed(cfg.seed)
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    lora = lora_config(cfg)
-    if lora:
-        from peft import inject_adapter_in_model
+    state = {f"lm.{k}": v for k, v in lm.state_dict().items()}
+    return with_adapters(state, cfg, config) if cfg.lora_rank else state
 
-        torch.manual_seed(cfg.seed)
-        inject_adapter_in_model(lora, lm)
+
+def with_adapters(state: dict[str, torch.Tensor], cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
+    """A base model's full state with the run's LoRA adapters, named as the adapted model names
+    them, in peft's seeded initialisation (B = 0: training starts from the base model). The base
+    tensors are shared, not copied (the benchmark reuses one base for several cases)."""
+    from peft import inject_adapter_in_model
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    lm.load_state_dict({k.removeprefix("lm."): v for k, v in state.items()}, assign=True)
+    lm.tie_weights()
+    torch.manual_seed(cfg.seed)
+    inject_adapter_in_model(lora_config(cfg), lm)
     return {f"lm.{k}": v for k, v in lm.state_dict().items()}
 
 
