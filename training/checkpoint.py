@@ -128,7 +128,9 @@ class Checkpoints:
         if self.rank == 0 and self.settings is not None:
             (Path(folder) / SETTINGS).write_text(json.dumps(self.settings))
         if self.export:
+            started = time.perf_counter()
             self.export(model, f"{folder}/hf")
+            self.log(f"export of step {step} into its checkpoint: training paused {time.perf_counter() - started:.1f} s")
         if self.saver is None:
             started = time.perf_counter()
             save(folder, model, optimizer, step, data_position, self.rank)

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -150,7 +151,9 @@ def checkpoint_model_state(folder: str | Path) -> dict[str, torch.Tensor]:
     items = reader.read_metadata().state_dict_metadata
     model = {key.removeprefix("model."): torch.empty(meta.size, dtype=meta.properties.dtype)
              for key, meta in items.items() if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
-    dcp.load({"model": model}, storage_reader=reader, no_dist=True)
+    with warnings.catch_warnings():  # "no process group: assuming a single process", which is the intent
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load({"model": model}, storage_reader=reader, no_dist=True)
     return model
 
 
@@ -168,7 +171,7 @@ def run_checkpoints(run: str) -> list[tuple[int, str]]:
 
 def export_checkpoint(run: str, step: int | None, out: str | None) -> tuple[int, str]:
     """Export one of a run's checkpoints (the newest when step is None); returns (step, where it went)."""
-    from training.storage import SETTINGS, download_folder, read_text, upload_folder
+    from training.storage import SETTINGS, download_folder, exists, read_text, upload_folder
 
     found = run_checkpoints(run)
     steps = [s for s, _ in found]
@@ -177,11 +180,10 @@ def export_checkpoint(run: str, step: int | None, out: str | None) -> tuple[int,
     if step not in steps:
         raise ExportError(f"STEP: {run} has no complete checkpoint at step {step}; it has step(s) {', '.join(map(str, steps))}")
     location = dict(found)[step]
-    try:
-        settings = json.loads(read_text(f"{location}/{SETTINGS}"))
-    except FileNotFoundError:
-        raise ExportError(f"{location} has no {SETTINGS} (written by trainers since LoRA support): "
-                          "the source model is unknown") from None
+    if not exists(f"{location}/{SETTINGS}"):
+        raise ExportError(f"{location} has no {SETTINGS} (written beside checkpoints since exports from them): "
+                          "the source model is unknown")
+    settings = json.loads(read_text(f"{location}/{SETTINGS}"))
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in settings.items() if k in known})
     target = out or f"{run.rstrip('/')}/hf-export-step-{step}"
