@@ -13,6 +13,7 @@ from training.config import ConfigError, TrainConfig, check_inputs, validate
     ({"lora_rank": -1}, "--lora-rank: -1 must be between 0 (full fine-tuning) and 4096"),
     ({"lora_rank": 4097}, "--lora-rank: 4097 must be between 0 (full fine-tuning) and 4096"),
     ({"lora_alpha": 0.0}, "--lora-alpha: 0.0 must be above 0 (at most 1e6)"),
+    ({"lora_alpha": 1e6 + 1}, "--lora-alpha: 1000001.0 must be above 0 (at most 1e6)"),
     ({"lora_dropout": 1.0}, "--lora-dropout: 1.0 must be in [0, 1)"),
     ({"lora_dropout": -0.1}, "--lora-dropout: -0.1 must be in [0, 1)"),
     ({"lora_target_modules": "q_proj,q_proj"}, "--lora-target-modules: 'q_proj,q_proj' must be all-linear or distinct "
@@ -71,3 +72,10 @@ def test_the_planner_says_which_models_need_lora_on_8_l4(model, needs_lora, caps
     if needs_lora:
         lora_line = out.splitlines()[-1]
         assert float(re.search(r"\(([\d.]+) GiB/GPU of 24 GB\)\)$", lora_line).group(1)) < 24e9 / 2**30
+
+
+def test_the_planner_refuses_a_negative_lora_rank(capsys):
+    from training.plan import main
+
+    assert main(["--lora-rank", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --nodes and --steps must be at least 1, --lora-rank at least 0\n"

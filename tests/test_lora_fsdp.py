@@ -166,3 +166,32 @@ def test_the_merged_export_loads_without_peft_and_reproduces_the_lora_models_log
     # ...and the bf16 merged model reproduces them: bf16 keeps 8 significant bits (0.004 per rounding
     # of a logit of size ~1), a few roundings deep: 0.02.
     torch.testing.assert_close(served, trainer, rtol=0, atol=0.02)
+
+
+def _dropout(rank: int, port: int, out: str) -> None:
+    from training.data import synthetic_batches
+    from training.model import build_model
+    from training.step import evaluate
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=1)
+    device = torch.device("cpu")
+    cfg = TrainConfig(model="tiny", seq_len=32, micro_batch=2, seed=2, lora_dropout=0.5, **LORA)
+    model = build_model(cfg, device, rank, 1)
+    with torch.no_grad():  # adapters that change the output (peft starts B at zero)
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.to_local().normal_()
+    batches = [next(synthetic_batches("pattern", 2, model.config.vocab_size, 32, 2, rank, 1))]
+    with torch.no_grad():
+        training = [model(**batches[0]).item() for _ in range(2)]
+    evaluated = [evaluate(model, batches, device)[0] for _ in range(2)]
+    torch.save({"training": training, "evaluated": evaluated, "mode_after": model.training}, out)
+    dist.destroy_process_group()
+
+
+def test_validation_runs_without_adapter_dropout_and_training_resumes_with_it(tmp_path):
+    mp.spawn(_dropout, args=(_free_port(), str(tmp_path / "dropout.pt")), nprocs=1)
+    result = torch.load(tmp_path / "dropout.pt")
+    assert result["training"][0] != result["training"][1]  # dropout is live in training...
+    assert result["evaluated"][0] == result["evaluated"][1]  # ...and off in validation
+    assert result["mode_after"] is True
