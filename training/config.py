@@ -17,7 +17,8 @@ from training.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
-# The longest sequence each known architecture was built for (the Qwen2.5 model cards: 32,768).
+# The longest sequence each known architecture was built for (the Qwen2.5 model cards: 32,768; 7B and
+# 14B reach 131,072 only with YaRN rope scaling, which the built-in configs do not set).
 MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "qwen2.5-7b": 32768, "qwen2.5-14b": 32768, "tiny": 4096}
 # Hub models whose architecture is known here (what synth can know without a download).
 HUB_ARCHITECTURES = {f"Qwen/Qwen2.5-{size}{kind}": f"qwen2.5-{size.lower()}"
