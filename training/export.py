@@ -51,7 +51,11 @@ def hf_weights(state: dict[str, torch.Tensor], config, lora=None) -> dict[str, t
     weights = {k.removeprefix(PREFIX): v for k, v in state.items()}
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        tuner = _lora_model(lm, lora) if lora else None
+        tuner = None
+        if lora:
+            from peft import LoraModel
+
+            tuner = LoraModel(lm, lora, "default")  # injects the adapters into lm
     expected = lm.state_dict()
     tied = getattr(config, "tie_word_embeddings", False)
     if tied and "lm_head.weight" in weights:
@@ -75,12 +79,6 @@ def hf_weights(state: dict[str, torch.Tensor], config, lora=None) -> dict[str, t
     lm.tie_weights()
     merged = tuner.merge_and_unload()
     return {k: v.to(EXPORT_DTYPE) for k, v in merged.state_dict().items()}
-
-
-def _lora_model(lm, lora):
-    from peft import LoraModel
-
-    return LoraModel(lm, lora, "default")
 
 
 def save_hf(weights: dict[str, torch.Tensor], config, folder: str | Path, generation_config=None, tokenizer=None) -> None:
