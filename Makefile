@@ -12,7 +12,7 @@ TRAIN_ARGS ?=
 # Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
 BENCH_ARGS ?=
 
-.PHONY: synth diff preflight deploy watch destroy test mutation train-local sft-local report bench clean
+.PHONY: synth diff preflight deploy watch destroy test mutation train-local sft-local report bench bench-wheels clean
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -99,6 +99,12 @@ report: $(VENV)/.synth-deps
 bench: $(VENV)/.train-deps
 	NCCL_NVLS_ENABLE=$${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=$${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
 	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m training.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
+
+# peft and the two of its dependencies a bare GPU machine lacks, as wheels in .whl/: `--suite lora`
+# installs them from there (offline) when peft is missing; carry .whl to that machine.
+bench-wheels: $(VENV)/.train-deps
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d .whl \
+		$$(grep '^peft==' requirements-train.txt) accelerate==1.15.0 psutil==7.2.2
 
 clean:
 	rm -rf cdk.out .pytest_cache mutants

@@ -120,7 +120,7 @@ def test_cluster_defaults_are_the_l4_profile():
 
 def test_bad_model_is_one_line(capsys):
     assert bench.main(["--model", "llama", "--cpu"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --model: 'llama' is not a built-in config (qwen2.5-1.5b, tiny)"
+    assert capsys.readouterr().err.strip() == "error: --model: 'llama' is not a built-in config (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny)"
 
 
 def test_cpu_run_writes_results_and_table(tmp_path):
@@ -165,3 +165,36 @@ def test_out_below_a_file_is_one_line_before_anything_runs(tmp_path, capsys):
     out = tmp_path / "notes" / "bench"
     assert bench.main(["--cpu", "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip() == f"error: --out: {str(out)!r} is not a writable folder (Not a directory)"
+
+
+def test_every_lora_case_is_a_valid_trainer_config_of_its_own_model():
+    cases = [case for group in bench.plan("lora", gpus=2) for case in group.cases]
+    configs = [case.train_config(case.model) for case in cases]
+    assert {(c.model, c.lora_rank > 0, c.profile) for c in configs} == {
+        (m, lora, p) for m in ("qwen2.5-1.5b", "qwen2.5-7b") for lora in (False, True) for p in ("h200", "l4")}
+
+
+def test_a_lora_case_runs_through_the_launcher_on_cpu(tmp_path):
+    """run_group -> torchrun -> worker with a LoRA case of another model than --model (tiny on CPU, gloo)."""
+    import argparse
+
+    out = tmp_path / "bench"
+    (out / "results").mkdir(parents=True)
+    group = bench.Group("lora", 1, [bench.Case("tiny LoRA", model="tiny", overrides={
+        "lora_rank": 4, "compile": False, "micro_batch": 1, "seq_len": 256})])
+    args = argparse.Namespace(gpus=1, model="qwen2.5-1.5b", warmup=1, steps=2, site=None)
+    assert bench.run_group(group, out, args) == 0, (out / "group-lora.log").read_text()[-2000:]
+    [result] = [json.loads(p.read_text()) for p in (out / "results").glob("lora-*.json")]
+    assert "error" not in result and result["settings"]["model"] == "tiny" and result["steps_timed"] == 2
+    assert result["final_loss"] == pytest.approx(6.3, abs=0.5)  # random tokens: about ln(512)
+
+
+def test_the_lora_suite_without_peft_or_its_wheels_is_one_line(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
+    assert bench.main(["--cpu", "--suite", "lora", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --suite lora: peft is not installed and {tmp_path / 'no-wheels'} "
+                                               "holds no wheels (make bench-wheels, then carry .whl)")

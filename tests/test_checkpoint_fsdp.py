@@ -1,7 +1,7 @@
-"""Sharded checkpoints and the Hugging Face export of an FSDP2 model, without Ray.
+"""Sharded checkpoints of an FSDP2 model, without Ray (its Hugging Face export: test_export.py).
 
 On CPU this runs over gloo; where CUDA GPUs are present (the GPU benchmark machine) over NCCL too,
-so the GPU path of save, load and export is exercised the same way.
+so the GPU path of save and load is exercised the same way.
 """
 
 from __future__ import annotations
@@ -53,13 +53,8 @@ def _run(rank: int, world: int, backend: str, port: int, folder: str, out: str) 
     step, position = ckpt.load(f"{folder}/ckpt", model, optimizer)
     resumed = _steps(model, optimizer, synthetic_batches("pattern", 3, model.config.vocab_size, 32, 2, rank, world, position),
                      device, 3)
-    ckpt.export_hf(model, model.config, f"{folder}/hf", rank)
-    probe = torch.arange(16).unsqueeze(0)
-    with torch.no_grad():
-        trained_loss = model(probe[:, :-1].to(device), probe[:, 1:].to(device), scale=1 / probe[:, 1:].numel()).item()
     if rank == 0:
-        torch.save({"step": step, "position": position, "uninterrupted": uninterrupted, "resumed": resumed,
-                    "trained_loss": trained_loss}, out)
+        torch.save({"step": step, "position": position, "uninterrupted": uninterrupted, "resumed": resumed}, out)
     dist.destroy_process_group()
 
 
@@ -70,7 +65,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_resume_from_a_sharded_checkpoint_and_export(backend, tmp_path):
+def test_resume_from_a_sharded_checkpoint(backend, tmp_path):
     out = tmp_path / "result.pt"
     mp.spawn(_run, args=(2, backend, _free_port(), str(tmp_path), str(out)), nprocs=2)
     result = torch.load(out)
@@ -80,12 +75,3 @@ def test_resume_from_a_sharded_checkpoint_and_export(backend, tmp_path):
     tolerance = 1e-6 if backend == "gloo" else 2e-3
     torch.testing.assert_close(torch.tensor(result["resumed"]), torch.tensor(result["uninterrupted"]),
                                rtol=tolerance, atol=tolerance)
-
-    from transformers import AutoModelForCausalLM
-
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
-    probe = torch.arange(16).unsqueeze(0)
-    with torch.no_grad():
-        logits = exported(input_ids=probe[:, :-1]).logits[0]
-    loss = torch.nn.functional.cross_entropy(logits, probe[0, 1:]).item()
-    assert loss == pytest.approx(result["trained_loss"], rel=1e-4 if backend == "gloo" else 2e-2)

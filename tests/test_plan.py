@@ -28,8 +28,8 @@ def test_built_in_shapes_are_the_models_own_counts():
 
     for name, shape in plan.MODELS.items():
         counted = plan.shape_of(builtin_config(name))
-        assert (counted.layer_params, counted.root_params, counted.hidden, counted.vocab) == (
-            shape.layer_params, shape.root_params, shape.hidden, shape.vocab)
+        assert (counted.layer_params, counted.root_params, counted.hidden, counted.vocab, counted.linear_in_out) == (
+            shape.layer_params, shape.root_params, shape.hidden, shape.vocab, shape.linear_in_out)
     assert QWEN.params == 1_543_714_304
 
 

@@ -126,7 +126,7 @@ def chat_sft(tmp_path_factory):
     dataset = hub_layout_dataset(tmp / "dataset")
     summary = fit(config(tmp, "sft", model=model, data=f"hf:{dataset}:train", val_data=f"hf:{dataset}:validation",
                          steps=30, eval_every=10, eval_batches=4, seq_len=128, micro_batch=4, lr=3e-3,
-                         checkpoint_every=0, export_hf=True))
+                         checkpoint_every=0, export_hf=True, export_checkpoints=True))
     return tmp / "sft", summary, model
 
 
@@ -149,6 +149,17 @@ def test_the_export_loads_with_its_tokenizer(chat_sft):
     assert AutoModelForCausalLM.from_pretrained(run / "hf-export").config.num_hidden_layers == 2
     ids = AutoTokenizer.from_pretrained(model)("NCCL reduces gradients").input_ids
     assert AutoTokenizer.from_pretrained(run / "hf-export")("NCCL reduces gradients").input_ids == ids
+
+
+def test_the_kept_checkpoint_holds_the_same_export(chat_sft):
+    from safetensors.torch import load_file
+
+    from training.storage import latest_checkpoint
+
+    run, _, _ = chat_sft
+    inside = load_file(Path(latest_checkpoint(str(run)).path) / "hf" / "model.safetensors")
+    final = load_file(run / "hf-export" / "model.safetensors")
+    assert inside.keys() == final.keys() and all(torch.equal(inside[k], final[k]) for k in final)
 
 
 def scalar_events(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -137,7 +137,7 @@ def test_the_ends_of_every_range_are_accepted(changes):
 
 
 HUB_DATA = "must be hf:org/name[:split] or hf:/folder[:split] (a split is letters, digits, '_', '.', '-')"
-MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, tiny), a hub id org/name, a path (/..., ./...) or s3://bucket/prefix"
+MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny), a hub id org/name, a path (/..., ./...) or s3://bucket/prefix"
 
 
 @pytest.mark.parametrize("changes,message", [

@@ -40,6 +40,12 @@ SOCKETS_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
 L4_MEMORY_CAP_GIB = 22.0
 DEFAULT_PROFILE = "h200"
 BENCH_MODEL = "qwen2.5-1.5b"
+# LoRA against full fine-tuning (--suite lora): both model sizes, one adapter rank.
+LORA_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
+LORA_RANK = 16
+# peft and its two missing dependencies as wheels (`make bench-wheels`), for a GPU machine without
+# them: installed into OUT/site-packages, never into its environment.
+WHEELS = Path(__file__).resolve().parent.parent / ".whl"
 
 
 @dataclass
@@ -55,6 +61,8 @@ class Case:
     """Before the fix: a bf16 reduction also summed the micro-batch gradients in bf16 (comparison only)."""
     evaluate_batches: int = 0
     """After the timed steps, the loss on this many held-out micro-batches per GPU (pattern data)."""
+    model: str | None = None
+    """A built-in config other than the run's --model."""
 
     def train_config(self, model: str) -> TrainConfig:
         settings = {"data": "random", **GPU_PROFILES[self.profile], **self.overrides}
@@ -107,6 +115,8 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return layout_groups() if gpus >= 2 else []
     if suite == "accumulation":
         return accumulation_groups() if gpus >= 2 else []
+    if suite == "lora":
+        return lora_groups(gpus)
     variants = [
         Case("trainer, no torch.compile", overrides={"compile": False}),
         Case("trainer, micro-batch 4", overrides={"micro_batch": 4}),
@@ -123,6 +133,24 @@ def plan(suite: str, gpus: int) -> list[Group]:
     if gpus > 1:
         groups.append(Group("world1", 1, [Case(f"{default.name}, one GPU")]))
     return groups
+
+
+def lora_groups(gpus: int) -> list[Group]:
+    """LoRA (rank 16, all-linear) against full fine-tuning, Qwen2.5-1.5B and 7B shapes: speed at the h200
+    profile (7B with activation checkpointing: 8 x 4096 tokens of its activations do not fit), and
+    what fits an L4 at the l4 profile under the 22 GiB cap."""
+    def kind(rank: int) -> str:
+        return f"LoRA rank {rank}" if rank else "full fine-tuning"
+
+    speed, l4 = [], []
+    for model in LORA_MODELS:
+        shape = {} if model == BENCH_MODEL else {"activation_checkpointing": True}
+        for rank in (0, LORA_RANK):
+            speed.append(Case(f"{model}, {kind(rank)}, {DEFAULT_PROFILE} profile" + (", recomputation" if shape else ""),
+                              model=model, overrides={**shape, "lora_rank": rank}))
+            l4.append(Case(f"{model}, {kind(rank)}, l4 profile, memory capped at {L4_MEMORY_CAP_GIB:g} GiB", profile="l4",
+                           model=model, overrides={"lora_rank": rank}, memory_cap_gib=L4_MEMORY_CAP_GIB))
+    return [Group("lora-speed", gpus, speed, measure_matmul=True), Group("lora-l4", gpus, l4)]
 
 
 # The layouts on the target's link: world size 2 as "two nodes of one GPU" (DESIGN: NCCL with P2P and
@@ -208,14 +236,20 @@ def worker(group_file: str, out: str, model_name: str, warmup: int, steps: int) 
         links = link_bandwidth(device, model_name)
         if rank == 0:
             (results_dir / f"links-{spec['name']}.json").write_text(json.dumps(links, indent=1))
-    full_state = None
+    bases: dict[str, dict] = {}  # one random init per model, kept while its cases run
     for raw in spec["cases"]:
         case = Case(**raw)
-        cfg = case.train_config(model_name)
-        if case.recipe == "trainer" and full_state is None:
-            from training.model import full_state_dict_on_rank0, model_config
+        cfg = case.train_config(case.model or model_name)
+        full_state = None
+        if case.recipe == "trainer":
+            from training.model import full_state_dict_on_rank0, model_config, with_adapters
 
-            full_state = full_state_dict_on_rank0(cfg, model_config(cfg)) if rank == 0 else {}
+            if cfg.model not in bases:
+                bases = {cfg.model: full_state_dict_on_rank0(dataclasses.replace(cfg, lora_rank=0), model_config(cfg))
+                         if rank == 0 else {}}
+            full_state = bases[cfg.model]
+            if cfg.lora_rank and rank == 0:
+                full_state = with_adapters(full_state, cfg, model_config(cfg))
         result = run_case(case, cfg, device, rank, world, full_state, warmup, steps, spec.get("gpus_per_node"))
         result |= {"group": spec["name"], "world_size": world, "env": spec["env"]}
         if rank == 0:
@@ -527,7 +561,7 @@ def run_group(group: Group, out: Path, args) -> int:
     spec_file.write_text(json.dumps(spec, indent=1))
     nccl_dir = out / "nccl"
     nccl_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **group.env, "NCCL_DEBUG": "INFO",
+    env = {**os.environ, **group.env, **extra_path(args.site), "NCCL_DEBUG": "INFO",
            "NCCL_DEBUG_FILE": str(nccl_dir / f"{group.name}.%h.%p.log"), "PYTHONUNBUFFERED": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     if group.world_size < args.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
@@ -677,13 +711,15 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke", "layouts", "accumulation"),
+    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke", "layouts", "accumulation", "lora"),
                         help="full: default profile, example recipe, L4 profile, sockets A/B, one GPU; "
                              "variants: the levers one at a time; l4: the L4 profile's communication "
                              "lever on NVLink and on sockets; smoke: two quick cases; layouts: full, gathered and "
                              "hybrid at world size 2 as two nodes, on NVLink and sockets, with link bandwidth and "
                              "the model's prediction (2 GPUs); accumulation: fp32 vs bf16 gradient accumulation and "
-                             "reduction, 300 steps, then their speed on sockets (2 GPUs)")
+                             "reduction, 300 steps, then their speed on sockets (2 GPUs); lora: LoRA rank 16 against full fine-tuning, "
+                             "Qwen2.5-1.5B and 7B shapes, at the h200 profile and the capped l4 profile (needs peft: "
+                             "installed, or its wheels in .whl/ from `make bench-wheels`)")
     parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
@@ -702,6 +738,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
+    args.site = None
+    if args.suite == "lora":
+        try:
+            args.site = peft_site(out)
+        except RuntimeError as error:
+            print(f"error: --suite lora: {error}", file=sys.stderr)
+            return 2
     groups = plan(args.suite, args.gpus)
     if args.groups:
         known, wanted = [g.name for g in groups], args.groups.split(",")
@@ -731,6 +774,30 @@ def _unwritable_folder(out: Path) -> str | None:
     except OSError as error:
         return error.strerror
     return None
+
+
+def peft_site(out: Path) -> str | None:
+    """Where the workers import peft from: None when it is installed, else OUT/site-packages, filled
+    from the wheels in .whl/ (offline, without dependencies: the rest comes with transformers)."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is not None:
+        return None
+    wheels = sorted(str(w) for w in WHEELS.glob("*.whl"))
+    if not wheels:
+        raise RuntimeError(f"peft is not installed and {WHEELS} holds no wheels (make bench-wheels, then carry .whl)")
+    site = out / "site-packages"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(site),
+                    *wheels], check=True)
+    print(f"peft from {', '.join(Path(w).name for w in wheels)}, installed into {site}", flush=True)
+    return str(site)
+
+
+def extra_path(site: str | None) -> dict[str, str]:
+    """PYTHONPATH with `site` in front (nothing when None)."""
+    if site is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join([site, *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
 def check_args(args) -> str | None:

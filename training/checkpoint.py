@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from training.storage import TRAIN_STATE
+from training.storage import SETTINGS, TRAIN_STATE
 
 
 def _state(model, optimizer) -> dict:
@@ -111,15 +111,26 @@ class Checkpoints:
     """The run's checkpoints, as the training loop sees them: save() at a checkpoint step, poll()
     after every step. A checkpoint goes to `report(step, folder, final)` (Ray Train) once every
     rank has written it: at once when saving synchronously, after the background write otherwise;
-    the last one is always waited for. `stalls` holds how long each save paused training."""
+    the last one is always waited for. `stalls` holds how long each save paused training.
 
-    def __init__(self, background: bool, rank: int, report, log) -> None:
+    Rank 0 writes the run's `settings` beside each checkpoint (what training.export needs);
+    `export(model, folder)`, when given, puts a Hugging Face export in the checkpoint's hf/ folder
+    (every rank calls it: it gathers the weights)."""
+
+    def __init__(self, background: bool, rank: int, report, log, settings: dict | None = None, export=None) -> None:
         self.saver = AsyncSaver() if background else None
         self.rank, self.report, self.log = rank, report, log
+        self.settings, self.export = settings, export
         self.stalls: list[float] = []
 
     def save(self, model, optimizer, step: int, data_position: int, final: bool) -> None:
         folder = tempfile.mkdtemp(prefix=f"checkpoint-{step}-")  # Ray deletes it once uploaded
+        if self.rank == 0 and self.settings is not None:
+            (Path(folder) / SETTINGS).write_text(json.dumps(self.settings))
+        if self.export:
+            started = time.perf_counter()
+            self.export(model, f"{folder}/hf")
+            self.log(f"export of step {step} into its checkpoint: training paused {time.perf_counter() - started:.1f} s")
         if self.saver is None:
             started = time.perf_counter()
             save(folder, model, optimizer, step, data_position, self.rank)
@@ -143,17 +154,3 @@ class Checkpoints:
                  f"written in the background in {time.perf_counter() - pending.started:.1f} s"
                  + (f" (waited {waited:.1f} s for it)" if waited > 0.05 else ""))
         self.report(pending.step, pending.folder, final)
-
-
-def export_hf(model, config, folder: str | Path, rank: int) -> None:
-    """Gather full weights to rank 0 and save them in Hugging Face format (safetensors)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    from transformers import AutoModelForCausalLM
-
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if rank != 0:
-        return
-    lm = AutoModelForCausalLM.from_config(config)
-    lm.load_state_dict({k.removeprefix("lm."): v for k, v in full.items()}, strict=False)
-    lm.tie_weights()
-    lm.save_pretrained(str(folder), safe_serialization=True)

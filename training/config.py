@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from training.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
-BUILTIN_MODELS = ("qwen2.5-1.5b", "tiny")
-# The longest sequence each known architecture was built for (Qwen2.5-1.5B's model card: 32,768).
-MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "tiny": 4096}
-# Hub models whose architecture is one of the built-ins (what synth can know without a download).
-HUB_ARCHITECTURES = {"Qwen/Qwen2.5-1.5B": "qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct": "qwen2.5-1.5b"}
+BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
+# The longest sequence each known architecture was built for (the Qwen2.5 model cards: 32,768; 7B and
+# 14B reach 131,072 only with YaRN rope scaling, which the built-in configs do not set).
+MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "qwen2.5-7b": 32768, "qwen2.5-14b": 32768, "tiny": 4096}
+# Hub models whose architecture is known here (what synth can know without a download).
+HUB_ARCHITECTURES = {f"Qwen/Qwen2.5-{size}{kind}": f"qwen2.5-{size.lower()}"
+                     for size in ("1.5B", "7B", "14B") for kind in ("", "-Instruct")}
 SHARDINGS = ("auto", "full", "hybrid")
 REDUCE_DTYPES = ("fp32", "bf16")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
@@ -38,6 +40,9 @@ GPU_PROFILES: dict[str, dict] = {
     "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": True, "compile": True,
            "loss_chunk_tokens": 2048},
 }
+# LoRA: peft's "all-linear" (every linear layer but the output head), or module names such as q_proj,v_proj.
+LORA_ALL_LINEAR = "all-linear"
+MAX_LORA_RANK = 4096
 # Upper bounds that catch a typo (an extra zero) before it books GPUs for a year.
 MAX_STEPS = 10_000_000
 MAX_MICRO_BATCH = 4096
@@ -156,7 +161,20 @@ class TrainConfig:
     peak_tflops: float | None = None
     """Per-GPU bf16 peak for MFU; default from the GPU's name."""
     export_hf: bool = False
-    """At the end, save the model in Hugging Face format (safetensors) from rank 0."""
+    """At the end, save the model in Hugging Face format under <run>/hf-export: bf16 safetensors, the
+    source's generation config, tokenizer and chat template (training.export; LoRA merged)."""
+    export_checkpoints: bool = False
+    """Also save that export inside each checkpoint (<checkpoint>/hf), kept and deleted with it."""
+    lora_rank: int = 0
+    """LoRA adapter rank (peft); 0 fine-tunes every weight. Above 0: the base weights are frozen in bf16
+    and only the adapters train, in fp32 with their optimizer state."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator: an adapter's update is scaled by alpha / rank."""
+    lora_dropout: float = 0.0
+    """Dropout on the adapters' input (training only)."""
+    lora_target_modules: str = LORA_ALL_LINEAR
+    """Modules that get adapters: all-linear (every linear layer but the LM head) or names, comma-separated
+    (e.g. q_proj,k_proj,v_proj,o_proj)."""
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
     inject_failure_at_step: int | None = None
@@ -235,6 +253,15 @@ def validate(c: TrainConfig) -> TrainConfig:
             "--prompt-field and --response-field: give both (instruction data) or neither")
     if c.cache_dir is not None:
         _validate_location("--cache-dir", c.cache_dir, remote=False)
+    require(0 <= c.lora_rank <= MAX_LORA_RANK, f"--lora-rank: {c.lora_rank} must be between 0 (full fine-tuning) "
+            f"and {MAX_LORA_RANK}")
+    require(0 < c.lora_alpha <= 1e6, f"--lora-alpha: {c.lora_alpha} must be above 0 (at most 1e6)")
+    require(0 <= c.lora_dropout < 1, f"--lora-dropout: {c.lora_dropout} must be in [0, 1)")
+    targets = c.lora_target_modules.split(",")
+    require(c.lora_target_modules == LORA_ALL_LINEAR or (all(_FIELD.fullmatch(t) for t in targets)
+                                                         and len(set(targets)) == len(targets)),
+            f"--lora-target-modules: {c.lora_target_modules!r} must be {LORA_ALL_LINEAR} or distinct module names "
+            "separated by commas (letters, digits, '_')")
     for option in ("inject_failure_at_step", "inject_nan_at_step"):
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
@@ -310,6 +337,10 @@ def check_inputs(c: TrainConfig) -> None:
             raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
     if c.model.startswith("s3://"):
         _check_s3("--model", c.model.rstrip("/") + "/config.json")
+    elif c.lora_rank and _HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here
+        from training.model import lora_config, model_config
+
+        lora_config(c, model_config(c))  # the named target modules exist
     for option, value in (("--data", c.data), ("--val-data", c.val_data)):
         if value is None or value in SYNTHETIC_DATA:
             continue

@@ -30,6 +30,20 @@ def builtin_config(name: str):
             num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=MODEL_MAX_POSITIONS[name],
             rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
         )
+    if name == "qwen2.5-7b":
+        # Qwen2.5-7B's published architecture: 7,615,616,512 parameters, embedding and head untied.
+        return Qwen2Config(
+            vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+            num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=MODEL_MAX_POSITIONS[name],
+            rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        )
+    if name == "qwen2.5-14b":
+        # Qwen2.5-14B's published architecture: 14,770,033,664 parameters, embedding and head untied.
+        return Qwen2Config(
+            vocab_size=152064, hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+            num_attention_heads=40, num_key_value_heads=8, max_position_embeddings=MODEL_MAX_POSITIONS[name],
+            rope_theta=1_000_000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        )
     if name == "tiny":
         return Qwen2Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -81,8 +95,44 @@ class CausalLMWithLoss(nn.Module):
         return linear_cross_entropy(hidden, self.lm.lm_head.weight, labels.reshape(-1), self.loss_chunk_tokens, scale)
 
 
+def lora_config(cfg: TrainConfig, config=None):
+    """peft's LoraConfig of the run's adapters (None: full fine-tuning). With `config`, named target
+    modules are checked against its decoder layers' linear layers (ConfigError naming them)."""
+    if cfg.lora_rank == 0:
+        return None
+    from peft import LoraConfig
+
+    from training.config import LORA_ALL_LINEAR, ConfigError
+
+    targets = cfg.lora_target_modules
+    if config is not None and targets != LORA_ALL_LINEAR:
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            layer = AutoModelForCausalLM.from_config(config).model.layers[0]
+        linear = [name.rsplit(".", 1)[-1] for name, m in layer.named_modules() if isinstance(m, nn.Linear)]
+        unknown = [t for t in targets.split(",") if t not in linear]
+        if unknown:
+            raise ConfigError(f"--lora-target-modules: {', '.join(unknown)} not among the linear layers of "
+                              f"{config.model_type}'s decoder layers ({', '.join(linear)})")
+    return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets if targets == LORA_ALL_LINEAR else targets.split(","))
+
+
+def add_lora(lm: nn.Module, lora) -> None:
+    """peft's adapters injected in place (module names keep the Hugging Face layout, which
+    CausalLMWithLoss relies on); every other weight is frozen and stored in bf16."""
+    from peft import inject_adapter_in_model
+
+    inject_adapter_in_model(lora, lm)
+    for param in lm.parameters():
+        if not param.requires_grad:
+            param.data = param.data.to(torch.bfloat16)  # in place: the tied embedding stays one parameter
+
+
 def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
-    """Rank 0's full fp32 weights: pretrained from the hub/path, or seeded random init."""
+    """Rank 0's full fp32 weights: pretrained from the hub/path, or seeded random init; with LoRA,
+    the adapters added (with_adapters)."""
     from transformers import AutoModelForCausalLM
 
     if builtin_config(cfg.model) is None:
@@ -94,6 +144,23 @@ def full_state_dict_on_rank0(cfg: TrainConfig, config) -> dict[str, torch.Tensor
     else:
         torch.manual_seed(cfg.seed)
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = {f"lm.{k}": v for k, v in lm.state_dict().items()}
+    return with_adapters(state, cfg, config) if cfg.lora_rank else state
+
+
+def with_adapters(state: dict[str, torch.Tensor], cfg: TrainConfig, config) -> dict[str, torch.Tensor]:
+    """A base model's full state with the run's LoRA adapters, named as the adapted model names
+    them, in peft's seeded initialisation (B = 0: training starts from the base model). The base
+    tensors are shared, not copied (the benchmark reuses one base for several cases)."""
+    from peft import inject_adapter_in_model
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    lm.load_state_dict({k.removeprefix("lm."): v for k, v in state.items()}, assign=True)
+    lm.tie_weights()
+    torch.manual_seed(cfg.seed)
+    inject_adapter_in_model(lora_config(cfg), lm)
     return {f"lm.{k}": v for k, v in lm.state_dict().items()}
 
 
@@ -179,13 +246,17 @@ def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard
     other nodes: one all-reduce per unit and step crosses nodes, as with FSDP2's native HSDP, whose
     all-reduce always runs in the reduce dtype. Replicas stay equal: same weights from rank 0,
     same averaged gradients, same optimizer.
-    On CPU (gloo): fp32 throughout.
+    On CPU (gloo): fp32 compute (torch 2.13 averages gradients on gloo as on NCCL).
+    LoRA: a layer's unit holds its frozen bf16 base weights and its trainable fp32 adapters. FSDP2
+    requires one original dtype only among a unit's trainable parameters (_fsdp_param_group.py,
+    _init_mp_dtypes) and all-gathers mixed dtypes as bytes, so no separate units are needed; only
+    the adapters get gradients, and only they are reduced.
     """
     wire = REDUCE_DTYPES[reduce_dtype] if device.type == "cuda" else torch.float32
     if device.type == "cuda":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    else:
-        mp = MixedPrecisionPolicy()
+    else:  # fp32 compute: frozen bf16 LoRA base weights are gathered as fp32 (fp32 weights are unchanged)
+        mp = MixedPrecisionPolicy(param_dtype=torch.float32)
     hybrid = mesh is not None and mesh.ndim == 2
     shard_mesh = mesh["shard"] if hybrid else mesh
     units = list(model.decoder_layers) + [model]
@@ -227,6 +298,9 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         full_state = full_state_dict_on_rank0(cfg, config)
     with torch.device("meta"):
         lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention_kernel(cfg, device))
+        lora = lora_config(cfg, config)
+        if lora:
+            add_lora(lm, lora)
         model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)

@@ -25,12 +25,15 @@ measurement recorded in docs/bench-results/ (CALIBRATION, with the run it came f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 
 from training.hardware import GIB, GPUS, INSTANCE_TYPES, GpuSpec
 
 SHARDINGS = ("full", "hybrid")
+# The rank the planner suggests when full fine-tuning does not fit (peft's examples use 8 to 64).
+LORA_RANK_SUGGESTED = 16
 REDUCE_DTYPES = {"fp32": 4, "bf16": 2}
 
 
@@ -48,21 +51,33 @@ class ModelShape:
     heads: int
     head_dim: int
     vocab: int
+    linear_in_out: int = 0
+    """One decoder layer's linear layers, input plus output features summed: a rank-r LoRA adapter
+    on each (peft's all-linear) has r x this many parameters per layer."""
 
     @property
     def params(self) -> int:
         return self.layer_params + self.root_params
+
+    def trained_params(self, lora_rank: int) -> int:
+        """What the optimizer updates: every weight, or LoRA's adapters (all-linear) alone."""
+        return lora_rank * self.linear_in_out * self.layers if lora_rank else self.params
 
     def flops_per_token(self, seq_len: int) -> float:
         """6N + 12 L H Q T, as training.metrics counts it (torchtitan's convention)."""
         return 6 * self.params + 12 * self.layers * self.heads * self.head_dim * seq_len
 
 
-# Counted on the built-in configurations (training.model.builtin_config).
+# Counted on the built-in configurations (training.model.builtin_config; Qwen2.5-14B's published config).
 MODELS = {
     "qwen2.5-1.5b": ModelShape("qwen2.5-1.5b", layer_params=1_310_339_072, root_params=233_375_232, layers=28,
-                               hidden=1536, heads=12, head_dim=128, vocab=151936),
-    "tiny": ModelShape("tiny", layer_params=74_240, root_params=32_832, layers=2, hidden=64, heads=4, head_dim=16, vocab=512),
+                               hidden=1536, heads=12, head_dim=128, vocab=151936, linear_in_out=41_216),
+    "qwen2.5-7b": ModelShape("qwen2.5-7b", layer_params=6_525_618_176, root_params=1_089_998_336, layers=28,
+                             hidden=3584, heads=28, head_dim=128, vocab=152064, linear_in_out=90_112),
+    "qwen2.5-14b": ModelShape("qwen2.5-14b", layer_params=13_212_893_184, root_params=1_557_140_480, layers=48,
+                              hidden=5120, heads=40, head_dim=128, vocab=152064, linear_in_out=89_600),
+    "tiny": ModelShape("tiny", layer_params=74_240, root_params=32_832, layers=2, hidden=64, heads=4, head_dim=16, vocab=512,
+                       linear_in_out=1024),
 }
 
 
@@ -76,6 +91,8 @@ class Workload:
     activation_checkpointing: bool = True
     loss_chunk_tokens: int = 2048
     steps: int = 200
+    lora_rank: int = 0
+    """0: full fine-tuning; else LoRA adapters of this rank on every linear layer, the base frozen in bf16."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -210,7 +227,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     shard = g if hybrid else world
     m = work.grad_accum
     weight_layers, weight_root = 2 * model.layer_params, 2 * model.root_params  # bf16
-    grad = REDUCE_DTYPES[layout.reduce_dtype] * model.params
+    grad = REDUCE_DTYPES[layout.reduce_dtype] * model.trained_params(work.lora_rank)
     # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once
     # per micro-batch (it stays gathered from forward through backward). They move while any micro-batch computes.
     gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * (1 if layout.keep_gathered else m)
@@ -273,11 +290,14 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
     model when kept gathered, else the root and two layers in flight. Activations: each layer's input
     with recomputation (plus one layer being recomputed), all of them without. One chunk of the fused
     LM head + loss.
+    LoRA: the base weights are frozen bf16 (2 bytes per parameter over the group, no gradient, no
+    optimizer state); the adapters take the 16 bytes of a trained parameter.
     """
-    state = 12 * model.params / shard
-    gradients = 4 * model.params / shard
+    trained = model.trained_params(work.lora_rank)
+    state = (12 * trained + (2 * model.params if work.lora_rank else 0)) / shard
+    gradients = 4 * trained / shard
     if work.grad_accum > 1:
-        gradients = max(gradients, 4 * model.params)
+        gradients = max(gradients, 4 * trained)
     layer = model.layer_params / model.layers
     gathered = 2 * model.params if layout.keep_gathered else 2 * (model.root_params + 2 * layer)
     tokens = work.seq_len * work.micro_batch
@@ -354,9 +374,10 @@ def shape_of(config) -> ModelShape:
     total = sum(p.numel() for p in lm.parameters())
     layers = sum(p.numel() for p in lm.model.layers.parameters())
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    linear = sum(m.in_features + m.out_features for m in lm.model.layers[0].modules() if isinstance(m, torch.nn.Linear))
     return ModelShape(getattr(config, "name_or_path", "") or "model", layer_params=layers, root_params=total - layers,
                       layers=config.num_hidden_layers, hidden=config.hidden_size, heads=config.num_attention_heads,
-                      head_dim=head_dim, vocab=config.vocab_size)
+                      head_dim=head_dim, vocab=config.vocab_size, linear_in_out=linear)
 
 
 def resolve_sharding(requested: str, model: ModelShape, work: Workload, nodes: int, gpus_per_node: int,
@@ -428,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int)
     parser.add_argument("--grad-accum", type=int)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: full fine-tuning)")
     args = parser.parse_args(argv)
     spec = INSTANCE_TYPES.get(args.instance_type)
     if spec is None or spec.gpu is None:
@@ -438,17 +460,21 @@ def main(argv: list[str] | None = None) -> int:
     if model is None:
         print(f"error: --model: {args.model!r} has no known shape ({', '.join(MODELS)})", file=sys.stderr)
         return 2
-    if args.nodes < 1 or args.steps < 1:
-        print("error: --nodes and --steps must be at least 1", file=sys.stderr)
+    if args.nodes < 1 or args.steps < 1 or args.lora_rank < 0:
+        print("error: --nodes and --steps must be at least 1, --lora-rank at least 0", file=sys.stderr)
         return 2
     profile = GPU_PROFILES[args.profile]
     work = Workload(seq_len=args.seq_len or profile["seq_len"], micro_batch=args.micro_batch or profile["micro_batch"],
                     grad_accum=args.grad_accum or profile.get("grad_accum", 1),
                     activation_checkpointing=profile["activation_checkpointing"],
-                    loss_chunk_tokens=profile["loss_chunk_tokens"], steps=args.steps)
+                    loss_chunk_tokens=profile["loss_chunk_tokens"], steps=args.steps, lora_rank=args.lora_rank)
     cluster = cluster_of(args.instance_type, args.nodes)
     print(table(model, work, cluster))
     print("auto (fp32 reduction, weights resharded): " + summary_line(model, work, cluster, choose(model, work, cluster)))
+    if not work.lora_rank and not any(e.fits for e in rank_layouts(model, work, cluster)):
+        lora = dataclasses.replace(work, lora_rank=LORA_RANK_SUGGESTED)
+        print(f"full fine-tuning fits in no layout: it needs LoRA (--lora-rank {LORA_RANK_SUGGESTED}: "
+              + summary_line(model, lora, cluster, choose(model, lora, cluster)) + ")")
     return 0
 
 

@@ -10,9 +10,10 @@ from torch import nn
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW on fp32 master weights; no decay on biases and norms; fused kernels on GPU."""
+    """AdamW on fp32 master weights; no decay on biases and norms; fused kernels on GPU. Frozen
+    parameters (LoRA's base weights) get no optimizer state."""
     decay, no_decay = [], []
-    for p in model.parameters():
+    for p in filter(lambda p: p.requires_grad, model.parameters()):
         (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
@@ -88,9 +89,11 @@ def evaluate(model: nn.Module, batches: list[dict[str, torch.Tensor]], device: t
     from training.loss import IGNORE_INDEX
 
     totals = torch.zeros(2, device=device, dtype=torch.float64)
+    model.eval()  # no dropout (LoRA's) in validation
     for batch in batches:
         totals[0] += model(**{k: v.to(device) for k, v in batch.items()}).double()
         totals[1] += (batch["labels"] != IGNORE_INDEX).sum().to(device)
+    model.train()
     if dist.is_initialized():
         dist.all_reduce(totals)
     count = int(totals[1].item())

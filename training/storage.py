@@ -39,22 +39,39 @@ def upload_folder(local: str | Path, uri: str) -> None:
     pyarrow.fs.copy_files(str(local), path, destination_filesystem=fs)
 
 
-def latest_checkpoint(run_uri: str):
-    """The newest complete checkpoint of a run (a crashed run leaves no Ray snapshot), or None.
+def download_folder(uri: str, local: str | Path) -> str:
+    """Copy a folder from storage to a local one; returns the local path."""
+    import pyarrow.fs
 
-    Complete (checkpoint_complete): the newest is the one with the highest step.
-    """
+    fs, path = _filesystem(uri)
+    Path(local).mkdir(parents=True, exist_ok=True)
+    pyarrow.fs.copy_files(path, str(local), source_filesystem=fs)
+    return str(local)
+
+
+def latest_checkpoint(run_uri: str):
+    """The newest complete checkpoint of a run (a crashed run leaves no Ray snapshot), or None."""
+    from ray.train import Checkpoint
+
+    found = complete_checkpoints(run_uri)
+    if not found:
+        return None
+    fs, path = _filesystem(found[-1][1])
+    return Checkpoint(path, filesystem=fs)
+
+
+def complete_checkpoints(run_uri: str) -> list[tuple[int, str]]:
+    """(step, URI) of a run's complete checkpoints (checkpoint_complete), by step, oldest first."""
     import json
 
     import pyarrow.fs
-    from ray.train import Checkpoint
 
     fs, path = _filesystem(run_uri)
     try:
         entries = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
     except (FileNotFoundError, OSError):
-        return None
-    best = None
+        return []
+    found = []
     for entry in entries:
         if entry.type != pyarrow.fs.FileType.Directory or not entry.base_name.startswith("checkpoint_"):
             continue
@@ -62,12 +79,13 @@ def latest_checkpoint(run_uri: str):
             continue
         with fs.open_input_stream(f"{entry.path}/{TRAIN_STATE}") as stream:
             step = json.loads(stream.read())["step"]
-        if best is None or step > best[0]:
-            best = (step, entry.path)
-    return Checkpoint(best[1], filesystem=fs) if best else None
+        found.append((step, f"{run_uri.rstrip('/')}/{entry.base_name}"))
+    return sorted(found)
 
 
 TRAIN_STATE = "train_state.json"
+# The run's settings, beside each checkpoint: what an export from it needs (training.export).
+SETTINGS = "settings.json"
 
 
 def checkpoint_complete(fs, path: str) -> bool:

@@ -86,7 +86,9 @@ def train_func(config: dict) -> None:
         if metrics_log:
             metrics_log.flush()
 
-    checkpoints = ckpt.Checkpoints(cfg.async_checkpoint, rank, report, lambda message: log(rank, message))
+    checkpoints = ckpt.Checkpoints(cfg.async_checkpoint, rank, report, lambda message: log(rank, message),
+                                   settings=dataclasses.asdict(cfg),
+                                   export=(lambda m, folder: export_model(cfg, m, rank, folder)) if cfg.export_checkpoints else None)
 
     if step >= cfg.steps:
         log(rank, f"the run is complete: its checkpoint is at step {step} of {cfg.steps}; nothing to train")
@@ -173,23 +175,19 @@ def rank0_choice(choose, rank: int):
     return box[0]
 
 
-def export_model(cfg: TrainConfig, model, rank: int) -> None:
-    """The model in Hugging Face format, with its tokenizer when it has one, under <run>/hf-export."""
-    from training import checkpoint as ckpt
+def export_model(cfg: TrainConfig, model, rank: int, folder: str | None = None) -> None:
+    """The model as a Hugging Face export (training.export) in `folder`, or uploaded to <run>/hf-export.
+    Every rank calls it (the weights are gathered); rank 0 writes."""
+    from training.export import export_live
+    from training.storage import upload_folder
 
-    with tempfile.TemporaryDirectory() as folder:
-        ckpt.export_hf(model, model.config, folder, rank)
-        if rank != 0:
-            return
-        from training.config import BUILTIN_MODELS
-
-        if cfg.model not in BUILTIN_MODELS:
-            from training.data import _tokenizer
-
-            _tokenizer(cfg.model, cfg.cache_dir, cfg.model_revision).save_pretrained(folder)
-        from training.storage import upload_folder
-
-        upload_folder(folder, f"{run_uri(cfg)}/hf-export")
+    if folder is not None:
+        export_live(model, cfg, folder, rank)
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        export_live(model, cfg, scratch, rank)
+        if rank == 0:
+            upload_folder(scratch, f"{run_uri(cfg)}/hf-export")
 
 
 def log(rank: int, message: str) -> None:
