@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import DATA
 from training.data import (DataError, DataFormat, document_targets, hub_data_files, in_validation, pack,
-                           record_messages, split_of, tokenize_and_pack, tokenize_records)
+                           model_inputs, record_messages, split_of, tokenize_and_pack, tokenize_records)
 from training.loss import IGNORE_INDEX
 from training.tiny_model import save_tiny_model
 
@@ -179,10 +179,10 @@ def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model
 
     model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)
     docs = [([11, 12, 13, 14, 15], [True] * 5, False), ([30, 31, 32, 33, 34, 35, 36], [True] * 7, False)]
-    block = {k: torch.from_numpy(v) for k, v in pack(docs, seq_len=12, pad_id=0).items()}
+    block = {k: torch.from_numpy(v) for k, v in model_inputs(pack(docs, seq_len=12, pad_id=0)).items()}
     with torch.no_grad():
         packed = model(**block)
-        separate = sum(model(**{k: torch.from_numpy(v) for k, v in pack([d], seq_len=len(d[0]), pad_id=0).items()})
+        separate = sum(model(**{k: torch.from_numpy(v) for k, v in model_inputs(pack([d], seq_len=len(d[0]), pad_id=0)).items()})
                        for d in docs)
         unmasked = model(block["input_ids"], block["labels"])
     torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)

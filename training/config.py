@@ -187,6 +187,19 @@ class TrainConfig:
         return self.micro_batch * self.grad_accum * self.seq_len
 
 
+# What fixes where a run's data position points and how its LR schedule runs: a checkpoint resumes only
+# under the same values (train.refuse_changed_resume).
+RESUME_SETTINGS = ("model", "workers", "micro_batch", "seq_len", "grad_accum", "steps", "warmup_steps", "min_lr_ratio",
+                   "data", "val_data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
+                   "response_field", "assistant_only_loss", "lora_rank")
+
+
+def resume_changes(saved: dict, current: dict) -> list[str]:
+    """'--option old -> new' for each resume setting that differs from the checkpoint's."""
+    return [f"{_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
+            if k in saved and saved[k] != current.get(k)]
+
+
 def validate(c: TrainConfig) -> TrainConfig:
     """Every rule that needs no file and no network; each refusal is one line naming the option."""
     def require(ok: bool, message: str) -> None:

@@ -244,18 +244,31 @@ def document_targets(ids: list[int], learned: list[bool]) -> list[int]:
     return [ids[i + 1] if learned[i + 1] else IGNORE_INDEX for i in range(len(ids) - 1)] + [IGNORE_INDEX]
 
 
+# What a block holds besides the model's inputs: per-block counts that travel with it, so that the
+# training loop can say what the data really was (metrics.DataCounts).
+MODEL_INPUTS = ("input_ids", "labels", "position_ids")
+BLOCK_COUNTS = ("real_tokens", "truncated", "unlearned")
+
+
+def model_inputs(batch: dict) -> dict:
+    """A batch without its counts: what the model's forward takes."""
+    return {k: v for k, v in batch.items() if k not in BLOCK_COUNTS}
+
+
 def pack(documents: list[tuple[list[int], list[bool], bool]], seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
     """Documents into blocks of seq_len tokens, best fit (longest first), with per-document positions.
 
     Plain text longer than a block is cut into block-sized pieces (each piece attends only to
     itself); a longer chat is truncated, since its replies need their prompt. The rest of a
-    block is padding: its own positions, no targets.
+    block is padding: its own positions, no targets. Besides the model's inputs, each block
+    carries its counts (BLOCK_COUNTS): tokens that are not padding, chats truncated to fit, and
+    documents (or pieces) left with no token to learn.
     """
-    pieces = []
+    pieces = []  # (ids, targets, truncated)
     for ids, learned, is_chat in documents:
         targets = document_targets(ids, learned)
         starts = [0] if is_chat else range(0, len(ids), seq_len)
-        pieces.extend((ids[s:s + seq_len], targets[s:s + seq_len]) for s in starts)
+        pieces.extend((ids[s:s + seq_len], targets[s:s + seq_len], is_chat and len(ids) > seq_len) for s in starts)
     order = sorted(range(len(pieces)), key=lambda i: (-len(pieces[i][0]), i))
     blocks: list[list[int]] = []  # piece indices per block
     room: list[int] = []
@@ -272,16 +285,19 @@ def pack(documents: list[tuple[list[int], list[bool], bool]], seq_len: int, pad_
         room[best] -= size
     shape = (len(blocks), seq_len)
     out = {"input_ids": np.full(shape, pad_id, np.int64), "labels": np.full(shape, IGNORE_INDEX, np.int64),
-           "position_ids": np.zeros(shape, np.int64)}
+           "position_ids": np.zeros(shape, np.int64)} | {k: np.zeros(len(blocks), np.int64) for k in BLOCK_COUNTS}
     for b, members in enumerate(blocks):
         at = 0
         for i in members:
-            ids, targets = pieces[i]
+            ids, targets, truncated = pieces[i]
             out["input_ids"][b, at:at + len(ids)] = ids
             out["labels"][b, at:at + len(ids)] = targets
             out["position_ids"][b, at:at + len(ids)] = np.arange(len(ids))
+            out["truncated"][b] += truncated
+            out["unlearned"][b] += all(t == IGNORE_INDEX for t in targets)
             at += len(ids)
         out["position_ids"][b, at:] = np.arange(seq_len - at)
+        out["real_tokens"][b] = at
     return out
 
 
@@ -312,7 +328,7 @@ def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, fmt: DataF
     if val_fraction > 0:
         documents = [d for d in documents if in_validation(d[0], val_fraction) == (part == "validation")]
     if not documents:
-        return {k: np.zeros((0, seq_len), np.int64) for k in ("input_ids", "labels", "position_ids")}
+        return {k: np.zeros((0, seq_len), np.int64) for k in MODEL_INPUTS} | {k: np.zeros(0, np.int64) for k in BLOCK_COUNTS}
     return pack(documents, seq_len, pad)
 
 
@@ -505,4 +521,4 @@ def empty_batch(seq_len: int) -> dict[str, torch.Tensor]:
     forward's collectives, and adds nothing to the loss or the count."""
     return {"input_ids": torch.zeros((1, seq_len), dtype=torch.int64),
             "labels": torch.full((1, seq_len), IGNORE_INDEX, dtype=torch.int64),
-            "position_ids": torch.arange(seq_len).unsqueeze(0)}
+            "position_ids": torch.arange(seq_len).unsqueeze(0)} | {k: torch.zeros(1, dtype=torch.int64) for k in BLOCK_COUNTS}

@@ -84,6 +84,14 @@ class StepStats:
     """Mean loss over the validation targets, on the steps that evaluate."""
     val_ppl: float | None = None
     """exp(val_loss): validation perplexity."""
+    padding: float | None = None
+    """Share of the tokens since the last line that were padding (tokens/s and MFU count the rest)."""
+    truncated: int | None = None
+    """Chats since the last line cut at --seq-len (their tail is not learned)."""
+    unlearned: int | None = None
+    """Documents since the last line with no token to learn (e.g. a reply wholly past --seq-len)."""
+    empty_blocks: int | None = None
+    """Blocks since the last line with no learned token at all (they cost compute, teach nothing)."""
 
     def record(self) -> str:
         """One JSON line for machines: the same figures, full precision (metrics.jsonl, the watcher)."""
@@ -96,11 +104,13 @@ class StepStats:
         mfu = f" mfu {self.mfu * 100:5.1f}%" if self.mfu is not None else ""
         mem = f" mem {self.peak_mem_gib:5.1f}GiB" if self.peak_mem_gib else ""
         val = f" | val {self.val_loss:7.4f} ppl {self.val_ppl:,.2f}" if self.val_loss is not None else ""
+        data = (f" | pad {self.padding * 100:4.1f}% trunc {self.truncated} unlearned {self.unlearned} "
+                f"empty {self.empty_blocks}") if self.padding is not None else ""
         return (
             f"{self.time} step {self.step:>5}/{self.steps} | loss {self.loss:7.4f}{val} | lr {self.lr:.2e} | "
             f"gnorm {self.grad_norm:6.3f} | {self.tokens_per_s_per_gpu:9,.0f} tok/s/gpu | "
             f"{self.tflops_per_gpu:7.2f} TFLOP/s/gpu{mfu}{mem} | {self.step_time_s * 1000:7.1f} ms/step | "
-            f"eta {_duration(self.eta_s)}"
+            f"eta {_duration(self.eta_s)}{data}"
         )
 
 
@@ -127,16 +137,59 @@ class Throughput:
     def reset(self, step: int) -> None:
         self.last_time, self.last_step = time.perf_counter(), step
 
-    def stats(self, step: int, steps: int, loss: float, lr: float, grad_norm: float, peak_mem: float) -> StepStats:
-        """Call after a host sync (reading the loss is one)."""
+    def stats(self, step: int, steps: int, loss: float, lr: float, grad_norm: float, peak_mem: float,
+              real_tokens_per_gpu: float | None = None) -> StepStats:
+        """Call after a host sync (reading the loss is one). real_tokens_per_gpu: the tokens that were
+        not padding since the last call, per GPU; tokens/s and MFU count those (all tokens when None)."""
         now = time.perf_counter()
         elapsed = max(now - self.last_time, 1e-9)
-        step_time = elapsed / max(step - self.last_step, 1)
+        steps_done = max(step - self.last_step, 1)
+        step_time = elapsed / steps_done
         self.last_time, self.last_step = now, step
-        tps, tflops, utilisation = rates(self.tokens_per_step, step_time, self.flops_per_tok, self.peak_tflops)
+        per_step = self.tokens_per_step if real_tokens_per_gpu is None else real_tokens_per_gpu / steps_done
+        tps, tflops, utilisation = rates(per_step, step_time, self.flops_per_tok, self.peak_tflops)
         return StepStats(
             time=utc_now(), step=step, steps=steps, loss=loss, lr=lr, grad_norm=grad_norm,
             tokens_per_s_per_gpu=tps, tflops_per_gpu=tflops,
             mfu=utilisation,
             peak_mem_gib=peak_mem, step_time_s=step_time, eta_s=step_time * (steps - step),
         )
+
+
+class DataCounts:
+    """What the training data really held, counted as micro-batches are drawn: tokens, tokens that
+    were not padding, truncated chats, documents and blocks with nothing to learn. `take()` sums the
+    counts since its last call over every worker (a collective: every rank calls it at log steps)."""
+
+    FIELDS = ("tokens", "real_tokens", "truncated", "unlearned", "empty_blocks")
+
+    def __init__(self) -> None:
+        self.since = dict.fromkeys(self.FIELDS, 0)
+        self.total = dict.fromkeys(self.FIELDS, 0)
+
+    def counted(self, batches):
+        """The same micro-batches, counted on the way (synthetic data has no padding and no counts)."""
+        from training.loss import IGNORE_INDEX
+
+        for batch in batches:
+            labels = batch["labels"]
+            tokens = labels.numel()
+            self.since["tokens"] += tokens
+            self.since["real_tokens"] += int(batch["real_tokens"].sum()) if "real_tokens" in batch else tokens
+            self.since["truncated"] += int(batch["truncated"].sum()) if "truncated" in batch else 0
+            self.since["unlearned"] += int(batch["unlearned"].sum()) if "unlearned" in batch else 0
+            self.since["empty_blocks"] += int(((labels != IGNORE_INDEX).sum(dim=1) == 0).sum())
+            yield batch
+
+    def take(self, device: torch.device) -> dict[str, int]:
+        """The counts since the last take, summed over workers; added to `total`."""
+        import torch.distributed as dist
+
+        counts = torch.tensor([self.since[k] for k in self.FIELDS], dtype=torch.float64, device=device)
+        if dist.is_initialized():
+            dist.all_reduce(counts)
+        taken = {k: int(v) for k, v in zip(self.FIELDS, counts.tolist())}
+        self.since = dict.fromkeys(self.FIELDS, 0)
+        for k, v in taken.items():
+            self.total[k] += v
+        return taken

@@ -8,6 +8,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from training.data import model_inputs
+
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, device: torch.device) -> torch.optim.Optimizer:
     """AdamW on fp32 master weights; no decay on biases and norms; fused kernels on GPU. Frozen
@@ -69,7 +71,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
         model.set_requires_gradient_sync(last)
         if keep_weights_gathered:
             model.set_reshard_after_backward(last)
-        loss = model(**{k: v.to(device, non_blocking=True) for k, v in batch.items()}, scale=scale)
+        loss = model(**{k: v.to(device, non_blocking=True) for k, v in model_inputs(batch).items()}, scale=scale)
         loss.backward()
         loss_sum += loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
@@ -91,7 +93,7 @@ def evaluate(model: nn.Module, batches: list[dict[str, torch.Tensor]], device: t
     totals = torch.zeros(2, device=device, dtype=torch.float64)
     model.eval()  # no dropout (LoRA's) in validation
     for batch in batches:
-        totals[0] += model(**{k: v.to(device) for k, v in batch.items()}).double()
+        totals[0] += model(**{k: v.to(device) for k, v in model_inputs(batch).items()}).double()
         totals[1] += (batch["labels"] != IGNORE_INDEX).sum().to(device)
     model.train()
     if dist.is_initialized():

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args
-from training.metrics import Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
+from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 
 NCCL_LOG_ROOT = "/tmp/nccl-logs"
 
@@ -61,11 +61,13 @@ def train_func(config: dict) -> None:
     restored = rank0_choice(lambda: latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint(), rank)
     if restored:
         with restored.as_directory() as folder:
+            refuse_changed_resume(cfg, Path(folder))
             step, position = ckpt.load(folder, model, optimizer)
         log(rank, f"resumed from checkpoint at step {step} (data position {position})")
 
     resumed_from = step
-    batches = train_batches(cfg, model.config.vocab_size, rank, world, position)
+    counts = DataCounts()
+    batches = counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))
     validation = validation_batches(cfg, model.config.vocab_size, rank, world, device)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
@@ -79,6 +81,7 @@ def train_func(config: dict) -> None:
 
         metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
                    "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
+                   "data_counts": dict(counts.total),
                    **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
                          checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
@@ -113,7 +116,12 @@ def train_func(config: dict) -> None:
             evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
             if step % cfg.log_every == 0 or step == cfg.steps or evaluating:
                 dist.all_reduce(loss)  # the mean over workers; also the host sync of this step
-                last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(grad_norm), peak_memory_gib(device))
+                data = counts.take(device)
+                last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(grad_norm), peak_memory_gib(device),
+                                        real_tokens_per_gpu=data["real_tokens"] / world)
+                if cfg.data not in SYNTHETIC_DATA:
+                    last.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
+                    last.truncated, last.unlearned, last.empty_blocks = data["truncated"], data["unlearned"], data["empty_blocks"]
                 if evaluating:
                     last.val_loss, _ = evaluate(model, validation, device)
                     last.val_ppl = math.exp(min(last.val_loss, 700.0))
@@ -166,6 +174,22 @@ def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int,
         raise RuntimeError(f"--val-{'data' if cfg.val_data else 'fraction'}: the validation split holds no block; "
                            "give more validation data or a larger --val-fraction")
     return held + [empty_batch(cfg.seq_len)] * (int(count.item()) - len(held))
+
+
+def refuse_changed_resume(cfg: TrainConfig, folder: Path) -> None:
+    """Stop before loading a checkpoint trained with settings that place the data or the LR schedule
+    elsewhere: resuming would silently misalign both."""
+    from training.config import resume_changes
+    from training.storage import SETTINGS
+
+    saved = folder / SETTINGS
+    if not saved.exists():  # written beside checkpoints since settings.json exists; older ones cannot be checked
+        return
+    changed = resume_changes(json.loads(saved.read_text()), dataclasses.asdict(cfg))
+    if changed:
+        raise RuntimeError(f"--run-name {cfg.run_name}: its checkpoint was trained with other settings "
+                           f"({'; '.join(changed)}); resuming would misalign the data position and the LR schedule: "
+                           "give a new --run-name, or the checkpoint's values")
 
 
 def rank0_choice(choose, rank: int):
@@ -387,6 +411,7 @@ def fit(cfg: TrainConfig) -> dict:
         "mfu": metrics.get("mfu"),
         "peak_mem_gib": metrics.get("peak_mem_gib"),
         "checkpoint_stalls_s": metrics.get("checkpoint_stalls_s"),
+        "data_counts": metrics.get("data_counts"),
         "transport": metrics.get("transport"),
         "sharding": metrics.get("sharding"),
         "checkpoint": result.checkpoint.path if result.checkpoint else None,

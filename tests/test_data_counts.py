@@ -1,0 +1,89 @@
+"""What the step log says the data held: padding, truncated chats, documents and blocks with nothing
+to learn; tokens/s counting real tokens; and a resume refused when the data or schedule would move."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from training.config import TrainConfig, resume_changes
+from training.data import empty_batch, pack
+from training.loss import IGNORE_INDEX
+from training.metrics import DataCounts, Throughput
+from training.records import parse_record
+from training.train import refuse_changed_resume
+
+
+def test_pack_counts_what_each_block_holds():
+    # seq_len 8. A 12-token chat is cut to 8 (truncated; its only learned tokens were 9..11, so nothing
+    # is left to learn); a 5-token text learns 4 targets; a 2-token text 1. Best fit, longest first:
+    # block 0 = the chat (8 real tokens); block 1 = the 5-token and the 2-token text (7 real, 1 pad).
+    chat = (list(range(100, 112)), [False] * 9 + [True] * 3, True)
+    text = (list(range(200, 205)), [True] * 5, False)
+    short = ([300, 301], [True, True], False)
+    out = pack([chat, text, short], seq_len=8, pad_id=0)
+    assert out["real_tokens"].tolist() == [8, 7]
+    assert out["truncated"].tolist() == [1, 0]
+    assert out["unlearned"].tolist() == [1, 0]
+
+
+def test_counts_sum_micro_batches_and_flag_blocks_with_nothing_to_learn():
+    learned = {"input_ids": torch.zeros((2, 4), dtype=torch.int64),
+               "labels": torch.tensor([[1, 2, IGNORE_INDEX, IGNORE_INDEX], [IGNORE_INDEX] * 4]),
+               "position_ids": torch.zeros((2, 4), dtype=torch.int64),
+               "real_tokens": torch.tensor([3, 4]), "truncated": torch.tensor([0, 1]), "unlearned": torch.tensor([0, 1])}
+    counts = DataCounts()
+    drawn = list(counts.counted(iter([learned, empty_batch(4)])))
+    assert len(drawn) == 2
+    # 2 x 4 + 1 x 4 tokens; 3 + 4 + 0 real; the second row and the empty batch learn nothing.
+    assert counts.take(torch.device("cpu")) == {"tokens": 12, "real_tokens": 7, "truncated": 1, "unlearned": 1,
+                                                "empty_blocks": 2}
+    assert counts.take(torch.device("cpu"))["tokens"] == 0 and counts.total["tokens"] == 12
+
+
+def test_synthetic_batches_count_every_token_as_real():
+    counts = DataCounts()
+    list(counts.counted(iter([{"input_ids": torch.zeros((2, 8)), "labels": torch.ones((2, 8), dtype=torch.int64)}])))
+    taken = counts.take(torch.device("cpu"))
+    assert taken["tokens"] == taken["real_tokens"] == 16 and taken["empty_blocks"] == 0
+
+
+def test_throughput_counts_real_tokens_not_padding(monkeypatch):
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr("training.metrics.time.perf_counter", lambda: next(clock))
+    meter = Throughput(tokens_per_step_per_gpu=4096, flops_per_tok=1e9, peak_tflops=100.0)
+    # Two steps in 2 s; 6,144 of their 8,192 tokens per GPU were real: 3,072 tok/s, 3.072 TFLOP/s, 3.07% MFU.
+    stats = meter.stats(2, 10, 1.0, 1e-4, 1.0, 0.0, real_tokens_per_gpu=6144)
+    assert stats.tokens_per_s_per_gpu == pytest.approx(3072)
+    assert stats.mfu == pytest.approx(0.03072)
+
+
+def test_the_step_line_shows_padding_and_what_was_lost():
+    meter = Throughput(4096, 1e9, None)
+    stats = meter.stats(1, 10, 2.0, 1e-4, 1.0, 0.0)
+    stats.padding, stats.truncated, stats.unlearned, stats.empty_blocks = 0.125, 3, 1, 0
+    assert stats.line().endswith("| pad 12.5% trunc 3 unlearned 1 empty 0")
+    assert parse_record(stats.record())["padding"] == 0.125
+
+
+def test_resume_changes_name_each_changed_setting():
+    saved = {"workers": 2, "seq_len": 512, "steps": 100, "lr": 3e-4, "data": "a.jsonl"}
+    current = {"workers": 4, "seq_len": 512, "steps": 200, "lr": 1e-4, "data": "a.jsonl"}
+    # lr changes neither the data position nor the schedule's shape: a resume may change it.
+    assert resume_changes(saved, current) == ["--workers 2 -> 4", "--steps 100 -> 200"]
+
+
+def test_a_resume_with_another_micro_batch_is_refused(tmp_path):
+    cfg = TrainConfig(micro_batch=4, run_name="sft")
+    (tmp_path / "settings.json").write_text(json.dumps({**TrainConfig(run_name="sft").__dict__, "micro_batch": 8}))
+    with pytest.raises(RuntimeError, match=r"--run-name sft: its checkpoint was trained with other settings "
+                                           r"\(--micro-batch 8 -> 4\); resuming would misalign"):
+        refuse_changed_resume(cfg, tmp_path)
+
+
+def test_a_resume_with_the_same_settings_goes_on(tmp_path):
+    cfg = TrainConfig(run_name="sft", lr=1e-5)
+    (tmp_path / "settings.json").write_text(json.dumps(TrainConfig(run_name="sft").__dict__))
+    refuse_changed_resume(cfg, tmp_path)
