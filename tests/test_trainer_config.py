@@ -54,7 +54,7 @@ REFUSED = [
     (["--data", "hdfs://x/y.jsonl"], r"--data: 'hdfs://x/y.jsonl' must be a local path, file:// or s3://bucket/prefix"),
     (["--data", "/x/train.csv"], r"--data: '/x/train.csv' must be random, pattern, hf:org/name\[:split\], a .jsonl/.json/.parquet file"),
     (["--data", "/x/train.jsonl"], r"--data: real data needs a tokenizer; --model tiny is a built-in config without one"),
-    (["--data", "hf:justaname"], r"--data: 'hf:justaname' must be hf:org/name\[:split\] or hf:/folder\[:split\]"),
+    (["--data", "hf:justaname"], r"--data: 'hf:justaname' must be hf:org/name\[@revision\]\[:config\]:split or hf:/folder\[:split\]"),
     (["--data", "hf:org/name:tr ain"], r"--data: 'hf:org/name:tr ain' must be hf:org/name"),
     (["--data", "hf:org/na--me"], r"--data: 'hf:org/na--me' must be hf:org/name"),
     (["--data", "hf:/x/$(id)"], r"--data: '/x/\$\(id\)' may hold only"),
@@ -136,7 +136,7 @@ def test_the_ends_of_every_range_are_accepted(changes):
     validate(TrainConfig(**({"model": "o/m"} | changes)))
 
 
-HUB_DATA = "must be hf:org/name[:split] or hf:/folder[:split] (a split is letters, digits, '_', '.', '-')"
+HUB_DATA = "must be hf:org/name[@revision][:config]:split or hf:/folder[:split] (a revision, config or split is letters, digits, '_', '.', '-')"
 MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny), a hub id org/name, a path (/..., ./...) or s3://bucket/prefix"
 
 

@@ -53,8 +53,11 @@ MAX_LOSS_CHUNK_TOKENS = 1 << 20
 # Paths and URIs reach a shell command line (the RayJob entrypoint): no spaces, quotes, $, ;, |, &, `.
 _PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
-# hf:org/name[:split] or hf:/folder[:split]; training.data reads the same spec.
-HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:]+?)(?::(?P<split>[A-Za-z0-9_.-]+))?")
+# hf:org/name[@revision][[:config]:split] or hf:/folder[:split]; training.data reads the same spec. A
+# config comes only before a split (hf:org/name:config:split), so hf:org/name:split keeps its meaning.
+HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:@]+?)(?:@(?P<revision>[A-Za-z0-9][\w.-]{0,127}))?"
+                          r"(?::(?P<config>[A-Za-z0-9_.-]+)(?=:[^:]+$))?(?::(?P<split>[A-Za-z0-9_.-]+))?")
+HF_SPEC_FORMS = "hf:org/name[@revision][:config]:split or hf:/folder[:split]"
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # S3 bucket naming rules: 3-63 characters, lower-case letters, digits, '.' and '-', letters or digits at the ends.
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
@@ -114,7 +117,8 @@ class TrainConfig:
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
     """random, pattern, a JSONL/Parquet file or folder (local path or s3://), or a Hub dataset:
-    hf:org/name[:split] (hf:/folder[:split] for one saved in the Hub's layout)."""
+    hf:org/name[@revision][:config][:split] (a revision pins the data as --model-revision pins the model;
+    the config is one of the dataset card's `configs`), or hf:/folder[:split] for one saved in the Hub's layout."""
     text_field: str = "text"
     """Field holding plain text (every token is learned)."""
     messages_field: str = "messages"
@@ -288,8 +292,10 @@ def _validate_data(option: str, value: str) -> None:
         repo = match.group("repo") if match else ""
         local = repo.startswith(("/", "./", "../", "~"))
         if match is None or not (local or (_HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
-            raise ConfigError(f"{option}: {value!r} must be hf:org/name[:split] or hf:/folder[:split] "
-                              "(a split is letters, digits, '_', '.', '-')")
+            raise ConfigError(f"{option}: {value!r} must be {HF_SPEC_FORMS} "
+                              "(a revision, config or split is letters, digits, '_', '.', '-')")
+        if local and (match.group("revision") or match.group("config")):
+            raise ConfigError(f"{option}: {value!r}: a local folder has no revision or config; give hf:/folder[:split]")
         if local:
             _validate_location(option, repo, remote=False)
         return
@@ -360,7 +366,7 @@ def check_inputs(c: TrainConfig) -> None:
         if value.startswith("s3://"):
             _check_s3(option, value)
             continue
-        path = value.removeprefix("hf:").rsplit(":", 1)[0] if value.startswith("hf:") else value
+        path = HF_DATA_SPEC.fullmatch(value).group("repo") if value.startswith("hf:") else value
         if value.startswith("hf:") and not path.startswith(("/", "./", "../", "~")):
             continue  # a Hub id: listing it names what is missing
         if not local(path).exists():

@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from training.config import DATA_SUFFIXES, HF_DATA_SPEC
+from training.config import DATA_SUFFIXES, HF_DATA_SPEC, HF_SPEC_FORMS
 from training.loss import IGNORE_INDEX
 
 # Synthetic validation data: the same task on sequences the training stream never holds.
@@ -343,16 +343,26 @@ SPLIT_KEYWORDS = {
 }
 
 
-def parse_hf_spec(spec: str) -> tuple[str, str]:
-    """hf:org/name[:split] or hf:/local/folder[:split] -> (repo or folder, split; train by default)."""
+@dataclass(frozen=True)
+class HubSpec:
+    """What an hf: data spec names."""
+
+    repo: str
+    split: str = "train"
+    config: str | None = None
+    revision: str | None = None
+
+
+def parse_hf_spec(spec: str) -> HubSpec:
+    """hf:org/name[@revision][[:config]:split] or hf:/local/folder[:split]; the split is train by default."""
     match = HF_DATA_SPEC.fullmatch(spec)
     if match is None:
-        raise DataError(f"--data: {spec!r} must be hf:org/name[:split] or hf:/folder[:split]")
-    return match.group("repo"), match.group("split") or "train"
+        raise DataError(f"--data: {spec!r} must be {HF_SPEC_FORMS}")
+    return HubSpec(match.group("repo"), match.group("split") or "train", match.group("config"), match.group("revision"))
 
 
-def _hub_filesystem(repo: str):
-    """(fsspec filesystem, root) of a Hub dataset repo, or of a local folder in the Hub's layout."""
+def _hub_filesystem(repo: str, revision: str | None = None):
+    """(fsspec filesystem, root) of a Hub dataset repo at a revision, or of a local folder in the Hub's layout."""
     if repo.startswith(("/", "./", "../", "~")):
         import os
 
@@ -361,21 +371,26 @@ def _hub_filesystem(repo: str):
         return LocalFileSystem(), os.path.abspath(os.path.expanduser(repo))
     from huggingface_hub import HfFileSystem
 
-    return HfFileSystem(), f"datasets/{repo}"
+    return HfFileSystem(), f"datasets/{repo}" + (f"@{revision}" if revision else "")
 
 
-def configured_data_files(readme: str, split: str) -> list[str] | None:
-    """The split's file patterns from a dataset card's YAML `configs` (the default config, else
-    the first), or None when the card declares none."""
+def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
+    """The split's file patterns from a dataset card's YAML `configs`: the one named `config`, else the
+    default config, else the first; None when the card declares none (and no config is asked for)."""
     import yaml
 
     match = re.match(r"---\n(.*?)\n---", readme, re.S)
-    if not match:
+    configs = ((yaml.safe_load(match.group(1)) or {}).get("configs") or []) if match else []
+    if config is not None:
+        names = [c.get("config_name", "default") for c in configs]
+        if config not in names:
+            raise DataError(f"--data: no config {config!r} in this dataset's card "
+                            f"({'configs: ' + ', '.join(names) if names else 'it declares none'})")
+        chosen = configs[names.index(config)]
+    elif not configs:
         return None
-    configs = (yaml.safe_load(match.group(1)) or {}).get("configs") or []
-    if not configs:
-        return None
-    chosen = next((c for c in configs if c.get("default") or c.get("config_name") == "default"), configs[0])
+    else:
+        chosen = next((c for c in configs if c.get("default") or c.get("config_name") == "default"), configs[0])
     data_files = chosen.get("data_files")
     if isinstance(data_files, (str, list)) and not (isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)):
         return ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
@@ -396,11 +411,13 @@ def split_of(path: str) -> str | None:
     return None
 
 
-def hub_data_files(files: list[str], readme: str | None, split: str) -> list[str]:
+def hub_data_files(files: list[str], readme: str | None, split: str, config: str | None = None) -> list[str]:
     """The data files of a split, as the Hub lays them out: the card's `configs` when it has
     them, else split names in folder and file names; with no split names at all, every file is train."""
     data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not f.split("/")[-1].startswith("."))
-    patterns = configured_data_files(readme, split) if readme else None
+    if config is not None and not readme:
+        raise DataError(f"--data: no config {config!r}: this dataset has no card declaring configs")
+    patterns = configured_data_files(readme, split, config) if readme else None
     if patterns is not None:
         chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]
     elif any(split_of(f) for f in data):
@@ -414,19 +431,20 @@ def hub_data_files(files: list[str], readme: str | None, split: str) -> list[str
 
 
 def read_hub_dataset(spec: str):
-    """A Ray Dataset of a Hub dataset's split (hf:org/name[:split]), read from its files through
-    Ray Data; a local folder in the same layout goes through the same code."""
+    """A Ray Dataset of a Hub dataset's split (hf:org/name[@revision][[:config]:split]), read from its
+    files through Ray Data; a local folder in the same layout goes through the same code."""
     import pyarrow.fs
     import ray.data
 
-    repo, split = parse_hf_spec(spec)
-    fs, root = _hub_filesystem(repo)
+    hub = parse_hf_spec(spec)
+    repo, split = hub.repo, hub.split
+    fs, root = _hub_filesystem(repo, hub.revision)
     try:
         files = [f[len(root) + 1:] for f in fs.find(root)]
     except (FileNotFoundError, OSError) as error:
         raise DataError(f"--data: cannot list {spec}: {str(error).splitlines()[0]}") from None
     readme = fs.cat_file(f"{root}/README.md").decode() if "README.md" in files else None
-    chosen = [f"{root}/{f}" for f in hub_data_files(files, readme, split)]
+    chosen = [f"{root}/{f}" for f in hub_data_files(files, readme, split, hub.config)]
     arrow_fs = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs))
     if all(f.endswith(".parquet") for f in chosen):
         return ray.data.read_parquet(chosen, filesystem=arrow_fs)
