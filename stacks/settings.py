@@ -87,6 +87,14 @@ class TrainingSettings:
     """Instruction data: the assistant reply's field; with prompt_field."""
     assistant_only_loss: bool = field(default=True, metadata=_trainer())
     """Chat: learn the assistant turns only (false: every token)."""
+    chat_template: str | None = field(default=None, metadata=_trainer())
+    """Chat: a template instead of the tokenizer's (also saved with the export): an s3:// or absolute pod
+    path to a .jinja file, or a Hub model id whose tokenizer's template to take."""
+    default_system_prompt: bool = field(default=True, metadata=_trainer())
+    """Chat: false gives chats without a system turn an empty one where the template would write its own
+    default text (Qwen2.5's 'You are Qwen, ...')."""
+    shuffle: bool = field(default=True, metadata=_trainer())
+    """Shuffle records across files and blocks each epoch, seeded (false: file order, for curricula)."""
     val_data: str | None = field(default=None, metadata=_trainer())
     """Validation data in any `data` form (e.g. hf:org/name:test); or use val_fraction."""
     val_fraction: float = field(default=0.0, metadata=_trainer())
@@ -580,7 +588,7 @@ def _validate_training(s: Settings) -> None:
 def _validate_pod_paths(t: TrainingSettings) -> None:
     """The trainer runs in the pods, whose working directory and home are not the user's: a relative
     path that the trainer accepts on a laptop names nothing (or something else) there."""
-    from training.config import BUILTIN_MODELS, HF_DATA_SPEC, SYNTHETIC_DATA
+    from training.config import BUILTIN_MODELS, HF_DATA_SPEC, SYNTHETIC_DATA, chat_template_is_file
 
     def local_path(value: str | None) -> str | None:
         if value is None or value in BUILTIN_MODELS or value in SYNTHETIC_DATA or "://" in value:
@@ -600,6 +608,10 @@ def _validate_pod_paths(t: TrainingSettings) -> None:
         _require(path is None or path.startswith("/"), f"{key}: {value!r} is not an absolute path, and the pods' "
                  "working directory is not yours; give random, pattern, hf:org/name[:split], an absolute pod path "
                  "(/... or hf:/folder) or s3://bucket/prefix")
+    template = t.chat_template
+    if template is not None and chat_template_is_file(template) and "://" not in template:
+        _require(template.startswith("/"), f"training.chat_template: {template!r} is not an absolute path, and the "
+                 "pods' working directory is not yours; give an absolute pod path, s3://bucket/key or a Hub model id")
 
 
 def reproducibility_warnings(s: Settings) -> list[tuple[str, str]]:

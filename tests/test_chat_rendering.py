@@ -102,3 +102,55 @@ def test_offered_tools_reach_the_template(tokenizer):
               "tools": [{"type": "function", "function": {"name": "get_quota"}}]}
     [(ids, _, _)] = tokenize_records([record], tokenizer_with_tools, DataFormat())
     assert tokenizer.decode(ids).startswith('[{"type": "function", "function": {"name": "get_quota"}}]')
+
+
+def test_no_default_system_prompt_drops_the_templates_own_text(tokenizer):
+    record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    [(ids, _, _)] = tokenize_records([record], tokenizer, DataFormat(default_system_prompt=False))
+    assert tokenizer.decode(ids).startswith("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi")
+    [(ids, _, _)] = tokenize_records([record], tokenizer, DataFormat())
+    assert "You are a helpful assistant." in tokenizer.decode(ids)
+
+
+def test_a_template_without_a_default_is_left_as_it_is(tokenizer):
+    from training.tiny_model import CHAT_TEMPLATE
+
+    record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    fmt = DataFormat(chat_template=CHAT_TEMPLATE, default_system_prompt=False)
+    [(ids, learned, _)] = tokenize_records([record], tokenizer, fmt)
+    assert tokenizer.decode(ids).startswith("<|im_start|>user\nHi")
+
+
+def test_a_chat_template_override_renders_and_masks_with_the_override(tokenizer):
+    override = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}[assistant] {% endif %}")
+    record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    [(ids, learned, _)] = tokenize_records([record], tokenizer, DataFormat(chat_template=override))
+    assert tokenizer.decode(ids) == "[user] Hi\n[assistant] Hello.\n<|endoftext|>"
+    assert tokenizer.decode([t for t, keep in zip(ids, learned) if keep]) == "Hello.\n<|endoftext|>"
+
+
+def test_the_override_is_read_from_a_file(tmp_path):
+    from training.data import chat_template_text
+
+    (tmp_path / "chat.jinja").write_text("{{ messages }}")
+    assert chat_template_text(str(tmp_path / "chat.jinja")) == "{{ messages }}"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("/templates/chat.html", r"--chat-template: '/templates/chat.html' must be a .jinja/.j2/.txt file or a Hub model id"),
+    ("just-a-name", r"--chat-template: 'just-a-name' must be a .jinja/.j2/.txt file or a Hub model id"),
+    ("/tmp/my template.jinja", r"--chat-template: '/tmp/my template.jinja' may hold only"),
+])
+def test_bad_chat_template_settings_are_one_line(value, message):
+    from training.config import ConfigError, TrainConfig, validate
+
+    with pytest.raises(ConfigError, match=message):
+        validate(TrainConfig(chat_template=value))
+
+
+def test_a_missing_template_file_is_found_before_ray_starts(tmp_path):
+    from training.config import ConfigError, TrainConfig, check_inputs
+
+    with pytest.raises(ConfigError, match=r"--chat-template: '.*missing.jinja' is not a file on this machine"):
+        check_inputs(TrainConfig(chat_template=str(tmp_path / "missing.jinja")))

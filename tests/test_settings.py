@@ -152,6 +152,13 @@ BAD_SETTINGS = [
     ({"training.data": "hf:./saved:train"}, r"^training.data: 'hf:./saved:train' is not an absolute path"),
     ({"training.data": "/data/train.jsonl"}, None),
     ({"training.data": "hf:/data/saved:train"}, None),
+    ({"training.chat_template": "templates/chat.jinja"}, r"^training.chat_template: 'templates/chat.jinja' is not an "
+     r"absolute path, and the pods' working directory is not yours"),
+    ({"training.chat_template": "/templates/chat.jinja"}, None),
+    ({"training.chat_template": "Qwen/Qwen2.5-1.5B-Instruct"}, None),
+    ({"training.chat_template": "/templates/chat.html"}, r"^training.chat_template: '/templates/chat.html' must be a "
+     r".jinja/.j2/.txt file or a Hub model id"),
+    ({"training.shuffle": "sometimes"}, r"^training.shuffle: expected true or false"),
     ({"training.data": "/data/train.jsonl", "training.val_data": "val/"}, r"^training.val_data: 'val/' is not an absolute path"),
     ({"training.model": "Qwen/../../x"}, r"training.model: 'Qwen/../../x' is not a built-in"),
     ({"training.model": "s3://"}, r"training.model: 's3://' must be s3://bucket/prefix with a valid bucket name"),

@@ -129,6 +129,12 @@ class TrainConfig:
     """...and the field of the assistant's reply (both or neither)."""
     assistant_only_loss: bool = True
     """Chat: learn only the assistant turns; --no-assistant-only-loss learns every token."""
+    chat_template: str | None = None
+    """Chat: a template used instead of the tokenizer's (also saved with the export): a Jinja file
+    (a path, or s3://) or a Hub model id (org/name) whose tokenizer's template to take."""
+    default_system_prompt: bool = True
+    """Chat: --no-default-system-prompt gives a chat without a system turn an empty one where the
+    template would write its own default (Qwen2.5's 'You are Qwen, ...'); other templates are untouched."""
     val_data: str | None = None
     """Validation data, in any --data form (e.g. hf:org/name:validation)."""
     val_fraction: float = 0.0
@@ -195,7 +201,7 @@ class TrainConfig:
 # under the same values (train.refuse_changed_resume).
 RESUME_SETTINGS = ("model", "workers", "micro_batch", "seq_len", "grad_accum", "steps", "warmup_steps", "min_lr_ratio",
                    "data", "val_data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
-                   "response_field", "assistant_only_loss", "lora_rank")
+                   "response_field", "assistant_only_loss", "chat_template", "default_system_prompt", "lora_rank")
 
 
 def resume_changes(saved: dict, current: dict) -> list[str]:
@@ -270,6 +276,13 @@ def validate(c: TrainConfig) -> TrainConfig:
             "--prompt-field and --response-field: give both (instruction data) or neither")
     if c.cache_dir is not None:
         _validate_location("--cache-dir", c.cache_dir, remote=False)
+    if c.chat_template is not None and chat_template_is_file(c.chat_template):
+        _validate_location("--chat-template", c.chat_template)
+        require(c.chat_template.endswith(TEMPLATE_SUFFIXES),
+                f"--chat-template: {c.chat_template!r} must be a {'/'.join(TEMPLATE_SUFFIXES)} file or a Hub model id (org/name)")
+    elif c.chat_template is not None:
+        require(_HUB_ID.fullmatch(c.chat_template) is not None and "--" not in c.chat_template,
+                f"--chat-template: {c.chat_template!r} must be a {'/'.join(TEMPLATE_SUFFIXES)} file or a Hub model id (org/name)")
     require(0 <= c.lora_rank <= MAX_LORA_RANK, f"--lora-rank: {c.lora_rank} must be between 0 (full fine-tuning) "
             f"and {MAX_LORA_RANK}")
     require(0 < c.lora_alpha <= 1e6, f"--lora-alpha: {c.lora_alpha} must be above 0 (at most 1e6)")
@@ -284,6 +297,14 @@ def validate(c: TrainConfig) -> TrainConfig:
         require(value is None or 1 <= value <= c.steps,
                 f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
     return c
+
+
+TEMPLATE_SUFFIXES = (".jinja", ".j2", ".txt")
+
+
+def chat_template_is_file(value: str) -> bool:
+    """--chat-template names a file (a template suffix, or a path or s3:// URI), else a Hub model id."""
+    return value.endswith(TEMPLATE_SUFFIXES) or value.startswith(("/", ".", "~", "s3://", "file://"))
 
 
 def _validate_data(option: str, value: str) -> None:
@@ -360,6 +381,11 @@ def check_inputs(c: TrainConfig) -> None:
         from training.model import lora_config, model_config
 
         lora_config(c, model_config(c))  # the named target modules exist
+    if c.chat_template is not None and chat_template_is_file(c.chat_template):
+        if c.chat_template.startswith("s3://"):
+            _check_s3("--chat-template", c.chat_template)
+        elif not local(c.chat_template).is_file():
+            raise ConfigError(f"--chat-template: {c.chat_template!r} is not a file on this machine")
     for option, value in (("--data", c.data), ("--val-data", c.val_data)):
         if value is None or value in SYNTHETIC_DATA:
             continue

@@ -78,6 +78,10 @@ class DataFormat:
     """Chat: learn the assistant turns only (the prompt tokens get no target)."""
     tools_field: str = "tools"
     """Chat: the tool definitions offered to the model, passed to the chat template as `tools`."""
+    chat_template: str | None = None
+    """A Jinja chat template used instead of the tokenizer's own (chat_template_text)."""
+    default_system_prompt: bool = True
+    """False: a chat with no system turn gets an empty one, where the template would add its own text."""
 
 
 def _present(value) -> bool:
@@ -156,11 +160,20 @@ def record_tools(record: dict, fmt: DataFormat) -> list | None:
 REPLY_MARKER = "\ue000REPLY\ue000"  # a private-use character: no real reply holds it
 
 
-def _render(tokenizer, messages: list[dict], tools, **kwargs) -> str:
-    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **kwargs)
+def _render(tokenizer, messages: list[dict], tools, template: str | None = None, **kwargs) -> str:
+    return tokenizer.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False, **kwargs)
 
 
-def reply_start(messages: list[dict], j: int, tokenizer, tools=None) -> str:
+def adds_default_system_prompt(tokenizer, template: str | None = None) -> bool:
+    """Whether the template writes a system turn of its own text into a chat that has none (Qwen2.5:
+    'You are Qwen, created by Alibaba Cloud...'): a lone user turn then renders as something other
+    than the tail of the same turn after an empty system turn."""
+    user = [{"role": "user", "content": REPLY_MARKER}]
+    alone = _render(tokenizer, user, None, template)
+    return not _render(tokenizer, [{"role": "system", "content": ""}] + user, None, template).endswith(alone)
+
+
+def reply_start(messages: list[dict], j: int, tokenizer, tools=None, template: str | None = None) -> str:
     """The rendered conversation up to where assistant turn j's own text begins.
 
     After another turn: the conversation before it, rendered with the generation prompt. As the
@@ -169,14 +182,15 @@ def reply_start(messages: list[dict], j: int, tokenizer, tools=None) -> str:
     as its text, renders the marker.
     """
     if j:
-        return _render(tokenizer, messages[:j], tools, add_generation_prompt=True)
+        return _render(tokenizer, messages[:j], tools, template, add_generation_prompt=True)
     if not isinstance(messages[0]["content"], str):
         raise DataError("--assistant-only-loss: a chat that opens with an assistant turn needs text content there")
-    marked = _render(tokenizer, [{**messages[0], "content": REPLY_MARKER}], tools)
+    marked = _render(tokenizer, [{**messages[0], "content": REPLY_MARKER}], tools, template)
     return marked[:marked.index(REPLY_MARKER)] if REPLY_MARKER in marked else ""
 
 
-def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None) -> list[tuple[int, int]]:
+def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None,
+                    template: str | None = None) -> list[tuple[int, int]]:
     """Character spans of the assistant turns in the rendered chat.
 
     Turn j spans from where its reply starts (reply_start: the end of the prompt and the assistant
@@ -188,8 +202,8 @@ def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None) 
     for j, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        before = reply_start(messages, j, tokenizer, tools)
-        through = _render(tokenizer, messages[:j + 1], tools)
+        before = reply_start(messages, j, tokenizer, tools, template)
+        through = _render(tokenizer, messages[:j + 1], tools, template)
         if not (rendered.startswith(before) and rendered.startswith(through) and len(through) > len(before)):
             raise DataError("--assistant-only-loss: this tokenizer's chat template does not render a conversation's "
                             "turns as prefixes of the whole; train on every token with --no-assistant-only-loss")
@@ -202,6 +216,9 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     chat, with assistant_only_loss, only the assistant turns. Each document ends with EOS."""
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
     chats = [record_messages(r, fmt) for r in records]
+    if not fmt.default_system_prompt and any(chats) and adds_default_system_prompt(tokenizer, fmt.chat_template):
+        chats = [[{"role": "system", "content": ""}] + chat if chat and chat[0]["role"] != "system" else chat
+                 for chat in chats]
     tools = [record_tools(r, fmt) if chat is not None else None for r, chat in zip(records, chats)]
     texts = []
     for record, chat, offered in zip(records, chats, tools):
@@ -211,10 +228,11 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
                                 f"{fmt.messages_field!r} (fields: {', '.join(sorted(record))})")
             texts.append(str(record[fmt.text_field]))
             continue
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise DataError("--data: chat records need a tokenizer with a chat template; this one has none")
+        if getattr(tokenizer, "chat_template", None) is None and fmt.chat_template is None:
+            raise DataError("--data: chat records need a tokenizer with a chat template; this one has none "
+                            "(give one with --chat-template)")
         try:
-            texts.append(_render(tokenizer, chat, offered))
+            texts.append(_render(tokenizer, chat, offered, fmt.chat_template))
         except Exception as error:  # the template's own refusal (jinja raise_exception, a missing key)
             raise DataError(f"--data: the chat template cannot render record {_preview(record)}: "
                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
@@ -222,7 +240,7 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     documents = []
     for chat, offered, text, ids, offsets in zip(chats, tools, texts, encoded["input_ids"], encoded["offset_mapping"]):
         if chat is not None and fmt.assistant_only_loss:
-            spans = assistant_spans(chat, tokenizer, text, offered)
+            spans = assistant_spans(chat, tokenizer, text, offered, fmt.chat_template)
             learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
         else:
             learned = [True] * len(ids)
@@ -306,6 +324,22 @@ def in_validation(ids: list[int], fraction: float) -> bool:
     same on every run and worker, and a duplicate never lands on both sides."""
     digest = hashlib.blake2b(np.asarray(ids, np.int64).tobytes(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64 < fraction
+
+
+def chat_template_text(source: str, cache_dir: str | None = None) -> str:
+    """--chat-template's text: a Jinja file (local or s3://), or the template of a Hub model's tokenizer."""
+    from training.config import chat_template_is_file
+
+    if chat_template_is_file(source):
+        from training.storage import read_text
+
+        return read_text(source)
+    from transformers import AutoTokenizer
+
+    template = AutoTokenizer.from_pretrained(source, cache_dir=cache_dir).chat_template
+    if not isinstance(template, str):
+        raise DataError(f"--chat-template: {source}'s tokenizer has no (single) chat template")
+    return template
 
 
 @functools.lru_cache(maxsize=4)

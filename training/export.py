@@ -98,7 +98,8 @@ def save_hf(weights: dict[str, torch.Tensor], config, folder: str | Path, genera
 
 def source_files(cfg: TrainConfig, config):
     """(generation config, tokenizer) of the run's source model: its own generation_config.json when it
-    has one, else the defaults transformers derives from the model config; no tokenizer for a built-in."""
+    has one, else the defaults transformers derives from the model config; no tokenizer for a built-in.
+    The tokenizer carries the chat template the run trained with (--chat-template)."""
     from transformers import GenerationConfig
 
     if cfg.model in BUILTIN_MODELS:
@@ -111,7 +112,15 @@ def source_files(cfg: TrainConfig, config):
                                                       revision=cfg.model_revision)
     except OSError:  # the model has no generation_config.json
         generation = GenerationConfig.from_model_config(config)
-    return generation, _tokenizer(cfg.model, cfg.cache_dir, cfg.model_revision)
+    tokenizer = _tokenizer(cfg.model, cfg.cache_dir, cfg.model_revision)
+    if cfg.chat_template:  # the template the run trained with is the one to serve with
+        import copy
+
+        from training.data import chat_template_text
+
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = chat_template_text(cfg.chat_template, cfg.cache_dir)
+    return generation, tokenizer
 
 
 def write_export(state: dict[str, torch.Tensor], cfg: TrainConfig, folder: str | Path) -> None:

@@ -427,11 +427,13 @@ def real_datasets(cfg: TrainConfig) -> dict:
     """Ray Datasets of packed blocks for "train" and, where asked, "validation"; none for synthetic data."""
     if cfg.data in SYNTHETIC_DATA:
         return {}
-    from training.data import DataFormat, packed_dataset
+    from training.data import DataFormat, chat_template_text, packed_dataset
 
     fmt = DataFormat(text_field=cfg.text_field, messages_field=cfg.messages_field,
                      prompt_fields=tuple(cfg.prompt_field.split(",")) if cfg.prompt_field else (),
-                     response_field=cfg.response_field, assistant_only_loss=cfg.assistant_only_loss)
+                     response_field=cfg.response_field, assistant_only_loss=cfg.assistant_only_loss,
+                     chat_template=chat_template_text(cfg.chat_template, cfg.cache_dir) if cfg.chat_template else None,
+                     default_system_prompt=cfg.default_system_prompt)
     common = {"tokenizer_path": cfg.model, "seq_len": cfg.seq_len, "fmt": fmt, "cache_dir": cfg.cache_dir,
               "revision": cfg.model_revision}
     datasets = {"train": packed_dataset(cfg.data, part="train", val_fraction=cfg.val_fraction,
