@@ -154,3 +154,36 @@ def test_a_missing_template_file_is_found_before_ray_starts(tmp_path):
 
     with pytest.raises(ConfigError, match=r"--chat-template: '.*missing.jinja' is not a file on this machine"):
         check_inputs(TrainConfig(chat_template=str(tmp_path / "missing.jinja")))
+
+
+def test_openai_style_string_arguments_are_rendered_once_not_double_quoted(tokenizer):
+    call = {"type": "function", "function": {"name": "get_quota", "arguments": '{"code": "L-DB2E81BA", "note": ""}'}}
+    record = {"messages": [{"role": "user", "content": "G quota?"},
+                           {"role": "assistant", "content": None, "tool_calls": [call]}]}
+    assert learned_text(tokenizer, record).startswith(
+        '<tool_call>\n{"name": "get_quota", "arguments": {"code": "L-DB2E81BA", "note": ""}}')
+
+
+def test_arguments_that_are_not_json_are_refused(tokenizer):
+    call = {"type": "function", "function": {"name": "get_quota", "arguments": "code=L-DB2E81BA"}}
+    record = {"messages": [{"role": "user", "content": "G quota?"},
+                           {"role": "assistant", "content": None, "tool_calls": [call]}]}
+    with pytest.raises(DataError, match=r"a tool call's arguments are not JSON; record"):
+        tokenize_records([record], tokenizer, DataFormat())
+
+
+def test_an_empty_system_turn_is_kept_as_written(tokenizer):
+    record = {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"},
+                           {"role": "assistant", "content": "Hello."}]}
+    [(ids, _, _)] = tokenize_records([record], tokenizer, DataFormat())
+    assert tokenizer.decode(ids).startswith("<|im_start|>system\n<|im_end|>\n<|im_start|>user\nHi")
+
+
+def test_a_template_that_only_lays_out_an_empty_system_turn_differently_keeps_its_chats(tokenizer):
+    # Like Mistral's: a system turn's text goes before the first user message, followed by a blank line.
+    template = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] + '\n\n' }}"
+                "{% elif m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]{% else %}{{ m['content'] }}</s>"
+                "{% endif %}{% endfor %}")
+    record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    [(ids, _, _)] = tokenize_records([record], tokenizer, DataFormat(chat_template=template, default_system_prompt=False))
+    assert tokenizer.decode(ids).startswith("[INST] Hi [/INST]")

@@ -60,8 +60,8 @@ def test_records_are_shuffled_across_files_before_packing(two_files, model_folde
 
 
 def test_the_shuffle_is_the_same_on_every_execution(two_files, model_folder):
-    assert block_documents(packed(two_files, model_folder, 3), model_folder) == \
-        block_documents(packed(two_files, model_folder, 3), model_folder)
+    dataset = packed(two_files, model_folder, 3)  # one Dataset, executed twice: epochs and resumes do that
+    assert block_documents(dataset, model_folder) == block_documents(dataset, model_folder)
 
 
 def test_another_seed_gives_another_order(two_files, model_folder):

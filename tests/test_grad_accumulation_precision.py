@@ -62,3 +62,34 @@ def test_sixteen_micro_batches_sum_in_fp32(reduce_dtype, tmp_path):
     error = torch.load(out)["error"]
     # fp32 sums of 16 terms: ~1e-7 relative. A bf16 running sum (8 bits of mantissa) is ~1e-3 off.
     assert error < 1e-5, f"accumulated gradient is {error:.2e} off the float64 sum of the micro-batch gradients"
+
+
+def _wire_worker(rank: int, store: str, out: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    grads = {}
+    for wire in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        lm = AutoModelForCausalLM.from_config(builtin_config("tiny"), dtype=torch.float32, attn_implementation="eager")
+        model = CausalLMWithLoss(lm, loss_chunk_tokens=64)
+        apply_fsdp(model, torch.device("cuda"), mesh=init_device_mesh("cpu", (2,)), reduce_dtype=wire)
+        batch = next(synthetic_batches("random", 3, 512, 32, 2, rank, 2))
+        model(**batch, scale=1.0).backward()
+        grads[wire] = torch.cat([p.grad.full_tensor().double().flatten() for p in model.parameters()])
+    if rank == 0:
+        torch.save({"error": ((grads["bf16"] - grads["fp32"]).norm() / grads["fp32"].norm()).item()}, out)
+    dist.destroy_process_group()
+
+
+def test_a_bf16_wire_rounds_the_reduce_scatter_once_and_keeps_its_mean(tmp_path):
+    """Two ranks, so FSDP2 really calls the reduce-scatter (one rank only copies)."""
+    out = tmp_path / "wire.pt"
+    mp.spawn(_wire_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2, join=True)
+    error = torch.load(out)["error"]
+    # bf16 keeps 8 significant bits: one rounding of each operand and of the sum is ~2^-9 = 2e-3 relative.
+    # 0 would mean nothing went through bf16; a lost average (sum instead of mean) would be 100% off.
+    assert 1e-5 < error < 1e-2, error

@@ -14,6 +14,7 @@ from training.data import DataError, HubSpec, _hub_filesystem, hub_data_files, p
     ("hf:org/name:default:train_sft", HubSpec("org/name", "train_sft", config="default")),
     ("hf:org/name@0a1b2c3:en:validation", HubSpec("org/name", "validation", config="en", revision="0a1b2c3")),
     ("hf:org/name@v1.2", HubSpec("org/name", revision="v1.2")),
+    ("hf:org/name@refs/convert/parquet:default:train", HubSpec("org/name", "train", "default", "refs/convert/parquet")),
     ("hf:/data/saved:train", HubSpec("/data/saved", "train")),
 ])
 def test_specs_name_repo_revision_config_and_split(spec, expected):
@@ -22,6 +23,8 @@ def test_specs_name_repo_revision_config_and_split(spec, expected):
 
 def test_a_revision_pins_the_files_read():
     assert _hub_filesystem("org/name", "0a1b2c3")[1] == "datasets/org/name@0a1b2c3"
+    # huggingface_hub's HfFileSystem reads a branch name holding '/' URL-encoded after the '@'.
+    assert _hub_filesystem("org/name", "refs/convert/parquet")[1] == "datasets/org/name@refs%2Fconvert%2Fparquet"
     assert _hub_filesystem("org/name")[1] == "datasets/org/name"
 
 

@@ -55,7 +55,7 @@ _PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
 # hf:org/name[@revision][[:config]:split] or hf:/folder[:split]; training.data reads the same spec. A
 # config comes only before a split (hf:org/name:config:split), so hf:org/name:split keeps its meaning.
-HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:@]+?)(?:@(?P<revision>[A-Za-z0-9][\w.-]{0,127}))?"
+HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:@]+?)(?:@(?P<revision>[A-Za-z0-9][\w./-]{0,127}))?"
                           r"(?::(?P<config>[A-Za-z0-9_.-]+)(?=:[^:]+$))?(?::(?P<split>[A-Za-z0-9_.-]+))?")
 HF_SPEC_FORMS = "hf:org/name[@revision][:config]:split or hf:/folder[:split]"
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -199,9 +199,10 @@ class TrainConfig:
 
 # What fixes where a run's data position points and how its LR schedule runs: a checkpoint resumes only
 # under the same values (train.refuse_changed_resume).
-RESUME_SETTINGS = ("model", "workers", "micro_batch", "seq_len", "grad_accum", "steps", "warmup_steps", "min_lr_ratio",
-                   "data", "val_data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
-                   "response_field", "assistant_only_loss", "chat_template", "default_system_prompt", "lora_rank")
+RESUME_SETTINGS = ("model", "model_revision", "workers", "micro_batch", "seq_len", "grad_accum", "steps", "warmup_steps",
+                   "min_lr_ratio", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
+                   "response_field", "assistant_only_loss", "chat_template", "default_system_prompt", "lora_rank",
+                   "lora_alpha")
 
 
 def resume_changes(saved: dict, current: dict) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -93,21 +94,24 @@ def _present(value) -> bool:
 
 def _preview(record: dict) -> str:
     """A record as a short line of JSON, so that a refusal names the record (grep finds it)."""
-    import json
-
     text = json.dumps(_plain(record), default=str, ensure_ascii=False)
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+def _null(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
 def _plain(value):
     """A value as Ray Data hands it over, as plain JSON-like Python: numpy arrays become lists, and
-    the nulls Arrow fills into the keys a struct lacks (a key another record has) are dropped."""
+    the nulls Arrow fills into the keys a struct lacks (a key another record has) are dropped; empty
+    strings are values and stay."""
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()]
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if _present(v)}
+        return {k: _plain(v) for k, v in value.items() if not _null(v)}
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -131,6 +135,16 @@ def _message(raw, record: dict) -> dict:
         raise DataError(f"--messages-field: a {message['role']} message's content must be a string, a list of "
                         f"text parts, or null on an assistant turn with tool_calls; record {_preview(record)}")
     message["content"] = content
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            # OpenAI's form (a JSON string): templates render arguments with `tojson`, which would
+            # quote the string a second time, so the model would learn escaped JSON.
+            try:
+                function["arguments"] = json.loads(arguments)
+            except ValueError:
+                raise DataError(f"--messages-field: a tool call's arguments are not JSON; record {_preview(record)}") from None
     return message
 
 
@@ -170,7 +184,10 @@ def adds_default_system_prompt(tokenizer, template: str | None = None) -> bool:
     than the tail of the same turn after an empty system turn."""
     user = [{"role": "user", "content": REPLY_MARKER}]
     alone = _render(tokenizer, user, None, template)
-    return not _render(tokenizer, [{"role": "system", "content": ""}] + user, None, template).endswith(alone)
+    with_empty = _render(tokenizer, [{"role": "system", "content": ""}] + user, None, template)
+    # Longer alone: the template wrote text of its own (a template that merely lays out an empty
+    # system turn differently, as Mistral's adds a blank line, renders the lone turn shorter).
+    return not with_empty.endswith(alone) and len(alone) > len(with_empty)
 
 
 def reply_start(messages: list[dict], j: int, tokenizer, tools=None, template: str | None = None) -> str:
@@ -405,7 +422,10 @@ def _hub_filesystem(repo: str, revision: str | None = None):
         return LocalFileSystem(), os.path.abspath(os.path.expanduser(repo))
     from huggingface_hub import HfFileSystem
 
-    return HfFileSystem(), f"datasets/{repo}" + (f"@{revision}" if revision else "")
+    from urllib.parse import quote
+
+    # The Hub's paths take a revision after '@', with the '/' of refs/convert/parquet or refs/pr/1 escaped.
+    return HfFileSystem(), f"datasets/{repo}" + (f"@{quote(revision, safe='')}" if revision else "")
 
 
 def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
@@ -505,6 +525,8 @@ def read_source(path: str):
         return ray.data.read_json(path, lines=True, file_extensions=["jsonl"])
 
 
+# Blocks the records are cut into before the shuffle (the order depends on it, not on the cluster).
+SHUFFLE_INPUT_BLOCKS = 64
 # Blocks a worker reshuffles per epoch: the packed blocks of several map batches (packing orders a
 # batch's blocks longest first), about 25 MB at 4,096 tokens.
 SHUFFLE_WINDOW_BLOCKS = 256
@@ -516,13 +538,17 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
     """A Ray Dataset of packed blocks: one side (train or validation) of a source.
 
     shuffle_seed: the records are shuffled across files and blocks before packing, the same way on
-    every execution of the dataset (so a resumed run replays the order it had); None keeps file order.
+    every execution of the dataset and every cluster size (so a resumed run replays the order it had;
+    every epoch has this order, re-permuted per worker in windows: dataset_batches); None keeps file order.
     """
     records = read_source(path)
     if shuffle_seed is not None:
         from ray.data import RandomSeedConfig
 
-        records = records.random_shuffle(seed=RandomSeedConfig(seed=shuffle_seed, reseed_after_execution=False))
+        # The shuffle permutes within and across its input blocks, and a read makes as many blocks as the
+        # cluster has CPUs: a fixed count keeps the order the same on a resume on another cluster size.
+        records = records.repartition(SHUFFLE_INPUT_BLOCKS).random_shuffle(
+            seed=RandomSeedConfig(seed=shuffle_seed, reseed_after_execution=False))
     return records.map_batches(
         tokenize_and_pack, batch_format="numpy", batch_size=256,
         fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "fmt": fmt, "cache_dir": cache_dir,

@@ -225,6 +225,8 @@ def replica_all_reduce(group, wire: torch.dtype):
     replicas = dist.get_world_size(group)
 
     def hook(shard_grad: torch.Tensor) -> None:
+        if shard_grad.is_cuda:  # allocated on the reduce-scatter stream, used here on the all-reduce stream
+            shard_grad.record_stream(torch.cuda.current_stream(shard_grad.device))
         sent = shard_grad if shard_grad.dtype == wire else shard_grad.to(wire)
         dist.all_reduce(sent, group=group)  # SUM: gloo has no AVG in every release
         shard_grad.copy_(sent).div_(replicas)

@@ -438,10 +438,12 @@ def real_datasets(cfg: TrainConfig) -> dict:
               "revision": cfg.model_revision}
     datasets = {"train": packed_dataset(cfg.data, part="train", val_fraction=cfg.val_fraction,
                                         shuffle_seed=cfg.seed if cfg.shuffle else None, **common)}
+    # Validation is shuffled too: --eval-batches may read only part of it, which must not be a file's head.
     if cfg.val_data is not None:
-        datasets["validation"] = packed_dataset(cfg.val_data, **common)
+        datasets["validation"] = packed_dataset(cfg.val_data, shuffle_seed=cfg.seed if cfg.shuffle else None, **common)
     elif cfg.val_fraction > 0:
-        datasets["validation"] = packed_dataset(cfg.data, part="validation", val_fraction=cfg.val_fraction, **common)
+        datasets["validation"] = packed_dataset(cfg.data, part="validation", val_fraction=cfg.val_fraction,
+                                                shuffle_seed=cfg.seed if cfg.shuffle else None, **common)
     return datasets
 
 
