@@ -79,7 +79,10 @@ class TrainConfig:
     micro_batch: int = 4
     """Sequences per worker per forward/backward."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step."""
+    """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
+    batch_tokens: int | None = None
+    """Tokens per optimizer step over all workers (the batch the optimisation sees): grad_accum becomes
+    batch_tokens / (workers x micro_batch x seq_len), so the batch stays the same on any number of GPUs."""
     lr: float = 3e-4
     """Peak learning rate, reached after warmup, then cosine decay."""
     min_lr_ratio: float = 0.1
@@ -197,6 +200,12 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(8 <= c.seq_len <= MAX_SEQ_LEN, f"--seq-len: {c.seq_len} must be between 8 and {MAX_SEQ_LEN}")
     require(1 <= c.micro_batch <= MAX_MICRO_BATCH, f"--micro-batch: {c.micro_batch} must be between 1 and {MAX_MICRO_BATCH}")
     require(1 <= c.grad_accum <= MAX_GRAD_ACCUM, f"--grad-accum: {c.grad_accum} must be between 1 and {MAX_GRAD_ACCUM}")
+    if c.batch_tokens is not None:
+        accum = grad_accum_for(c.batch_tokens, c.workers, c.micro_batch, c.seq_len)
+        # 1 is the unset default; parse_args refuses --grad-accum given together with --batch-tokens.
+        require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
+                f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
+        c = dataclasses.replace(c, grad_accum=accum)
     require(0 < c.lr < 1, f"--lr: {c.lr} must be in (0, 1)")
     require(0 <= c.min_lr_ratio <= 1, f"--min-lr-ratio: {c.min_lr_ratio} must be in [0, 1]")
     require(0 <= c.warmup_steps <= MAX_STEPS, f"--warmup-steps: {c.warmup_steps} must be between 0 and {MAX_STEPS:,}")
@@ -266,7 +275,41 @@ def validate(c: TrainConfig) -> TrainConfig:
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
                 f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
+    _validate_fit(c)
     return c
+
+
+def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: int) -> int:
+    """Micro-batches per worker per step that make batch_tokens; ConfigError (one line, the nearest
+    valid batches) when the workers' micro-batches cannot add up to it."""
+    per_round = workers * micro_batch * seq_len
+    if batch_tokens < 1 or batch_tokens % per_round or batch_tokens // per_round > MAX_GRAD_ACCUM:
+        below, above = max(batch_tokens // per_round, 1) * per_round, (batch_tokens // per_round + 1) * per_round
+        nearest = f"{below:,} or {above:,}" if below < batch_tokens else f"{below:,}"
+        raise ConfigError(f"--batch-tokens: {batch_tokens:,} is not a multiple of {workers} workers (--workers) x "
+                          f"{micro_batch} sequences (--micro-batch) x {seq_len:,} tokens (--seq-len) = {per_round:,} "
+                          f"(at most {MAX_GRAD_ACCUM:,} times); nearest valid: {nearest}")
+    return batch_tokens // per_round
+
+
+def _validate_fit(c: TrainConfig) -> None:
+    """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
+    (training.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
+    from training.plan import MODELS, SHARDINGS as LAYOUT_SHARDINGS, Workload, cluster_of, fit_error
+
+    spec = INSTANCE_TYPES.get(c.instance_type or "")
+    model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
+    if spec is None or spec.gpu is None or model is None or (c.workers > spec.gpus and c.workers % spec.gpus):
+        return
+    nodes = max(c.workers // spec.gpus, 1)
+    cluster = dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
+    work = Workload(seq_len=c.seq_len, micro_batch=c.micro_batch, grad_accum=c.grad_accum,
+                    activation_checkpointing=c.activation_checkpointing, loss_chunk_tokens=c.loss_chunk_tokens,
+                    lora_rank=c.lora_rank)
+    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
+    problem = fit_error(model, work, cluster, shardings, not c.reshard_after_forward, c.reduce_dtype)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _validate_data(option: str, value: str) -> None:
@@ -441,6 +484,11 @@ def _field_docs() -> dict[str, str]:
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     parser = build_parser()
     chosen, _ = parser.parse_known_args(argv)
+    given = parser.parse_known_args(argv, argparse.Namespace(grad_accum=None))[0]
+    if chosen.batch_tokens is not None and given.grad_accum is not None:
+        raise ConfigError(f"--grad-accum: {given.grad_accum} and --batch-tokens {chosen.batch_tokens} are exclusive "
+                          "(the batch sets the accumulation); give one")
     if chosen.profile in GPU_PROFILES:  # an unknown one is refused by validate
-        parser.set_defaults(**GPU_PROFILES[chosen.profile])
+        profile = GPU_PROFILES[chosen.profile]
+        parser.set_defaults(**{k: v for k, v in profile.items() if not (k == "grad_accum" and chosen.batch_tokens)})
     return validate(TrainConfig(**vars(parser.parse_args(argv))))
