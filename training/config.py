@@ -200,12 +200,6 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(8 <= c.seq_len <= MAX_SEQ_LEN, f"--seq-len: {c.seq_len} must be between 8 and {MAX_SEQ_LEN}")
     require(1 <= c.micro_batch <= MAX_MICRO_BATCH, f"--micro-batch: {c.micro_batch} must be between 1 and {MAX_MICRO_BATCH}")
     require(1 <= c.grad_accum <= MAX_GRAD_ACCUM, f"--grad-accum: {c.grad_accum} must be between 1 and {MAX_GRAD_ACCUM}")
-    if c.batch_tokens is not None:
-        accum = grad_accum_for(c.batch_tokens, c.workers, c.micro_batch, c.seq_len)
-        # 1 is the unset default; parse_args refuses --grad-accum given together with --batch-tokens.
-        require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
-                f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
-        c = dataclasses.replace(c, grad_accum=accum)
     require(0 < c.lr < 1, f"--lr: {c.lr} must be in (0, 1)")
     require(0 <= c.min_lr_ratio <= 1, f"--min-lr-ratio: {c.min_lr_ratio} must be in [0, 1]")
     require(0 <= c.warmup_steps <= MAX_STEPS, f"--warmup-steps: {c.warmup_steps} must be between 0 and {MAX_STEPS:,}")
@@ -275,6 +269,12 @@ def validate(c: TrainConfig) -> TrainConfig:
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
                 f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
+    if c.batch_tokens is not None:
+        accum = grad_accum_for(c.batch_tokens, c.workers, c.micro_batch, c.seq_len)
+        # 1 is the unset default; parse_args refuses --grad-accum given together with --batch-tokens.
+        require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
+                f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
+        c = dataclasses.replace(c, grad_accum=accum)
     _validate_fit(c)
     return c
 
