@@ -168,6 +168,9 @@ def test_plan_cli_prints_every_layout(capsys):
     (["--instance-type", "m7i.xlarge"], "error: --instance-type: 'm7i.xlarge' is not a GPU type of the table"),
     (["--model", "gpt2"], "error: --model: 'gpt2' has no known shape"),
     (["--nodes", "0"], "error: --nodes and --steps must be at least 1"),
+    # 2 x 4 L4s x 1 x 2,048 = 16,384 tokens per round of micro-batches: 40,000 lies between 2 and 3 rounds.
+    (["--batch-tokens", "40000"], "error: --batch-tokens: 40,000 is not a multiple of 8 workers (--workers) x 1 sequences "
+     "(--micro-batch) x 2,048 tokens (--seq-len) = 16,384 (at most 65,536 times); nearest valid: 32,768 or 49,152"),
 ])
 def test_plan_cli_refuses_bad_input_in_one_line(argv, message, capsys):
     assert plan.main(argv) == 2
@@ -266,6 +269,16 @@ def test_every_h200_measurement_within_15_percent(file, name, measured, gpus, so
 def test_one_gpu_step_of_the_checkpoint_benchmark(measured_step_s):
     predicted = predicted_tokens_per_s(1, False, H2S, 1, "full+gathered")
     assert predicted == pytest.approx(32768 / measured_step_s, rel=0.15)
+
+
+@pytest.mark.parametrize("file,attention,measured,shape", [  # one GPU, one micro-batch per step, causal attention
+    ("sft-masking-h200.json", "sdpa", 51_182, H2S), ("sft-masking-h200.json", "flex", 48_669, H2S),
+    ("sft-masking-l4shape.json", "sdpa", 10_456, L4S), ("sft-masking-l4shape.json", "flex", 10_496, L4S)])
+def test_one_gpu_causal_steps_of_the_masking_benchmark(file, attention, measured, shape):
+    rows = json.loads((RESULTS / file).read_text())["rows"]
+    row = next(r for r in rows if r["attention"] == attention and r["data"] == "causal" and r["seq_len"] == shape[0])
+    assert row["tokens_per_s_per_gpu"] == pytest.approx(measured, abs=1)
+    assert predicted_tokens_per_s(1, False, shape, 1, "full") == pytest.approx(measured, rel=0.15)
 
 
 def test_p5_is_predicted_on_the_measured_basis_not_the_datasheet():
