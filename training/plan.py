@@ -3,7 +3,9 @@
 For an instance type, a number of nodes and the training settings, each sharding layout gets its
 FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
 time of each, which one bounds the step, the tokens/s per GPU, the memory per GPU, and the time
-and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory.
+and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory and
+never with one that does not; the plan also names a faster micro-batch or recomputation setting at the
+same tokens per step where one fits, and the smallest batch that keeps the links at most 10% of the step.
 
 Layouts:
 - full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
@@ -16,6 +18,8 @@ Layouts:
   backward: one all-gather per step instead of two per micro-batch, for the whole bf16 model in memory.
 - +bf16: gradients are reduced in bf16 instead of fp32: half the reduction bytes.
 
+Compute: model FLOPs over a measured bf16 matmul peak times the trainer's efficiency measured on the H200
+at the micro-batch's size (Calibration says how other GPUs are mapped onto it; the output states it).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
