@@ -358,3 +358,13 @@ def test_the_link_term_matches_what_bf16_saves_at_accumulation_16():
     # fp32 minus bf16 on the wire: 3.09 GB fewer all-reduce bytes; measured 3.723 - 2.795 = 0.928 s.
     saved = accumulation_estimate(16, "fp32").step_s - accumulation_estimate(16, "bf16").step_s
     assert saved == pytest.approx(3.723 - 2.795, rel=0.15)
+
+
+def test_plan_cli_offers_a_faster_shape_at_the_same_batch_and_lora_when_nothing_fits(capsys):
+    assert plan.main([]) == 0  # 2 x g6.12xlarge, l4 profile: 65,536 tokens per step
+    assert "\nfaster at the same 65,536 tokens per step: micro-batch 4 x 1 accumulation, recomputation" in capsys.readouterr().out
+    # 14.8B parameters: 16 bytes each over a node's 4 GPUs is 59 GB per 24 GB GPU; LoRA's adapters are small.
+    assert plan.main(["--model", "qwen2.5-14b"]) == 0
+    out = capsys.readouterr().out
+    assert "auto (fp32 reduction, weights resharded): no layout fits: --instance-type: qwen2.5-14b fits in no layout" in out
+    assert "\nLoRA fits (--lora-rank 16: 2 x g6.12xlarge, " in out
