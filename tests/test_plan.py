@@ -202,7 +202,8 @@ MISSES = {
     "one micro-batch": "per-step costs (optimizer, first gather, reduction) that accumulation amortises are not modelled",
     "sockets, h200 shape": "the model lets the weight gathers hide behind compute perfectly; over sockets they do not",
     "run spread": "the same settings measured 1,783 tok/s in the layouts run: runs differ by 22%",
-    "gathered, small shape": "skipping the backward re-gather saves time even over NVLink at 1 x 2048; a hidden gather costs nothing in the model",
+    "gathered, small shape": ("skipping the backward re-gather saves time even over NVLink at 1 x 2048; a hidden gather "
+                              "costs nothing in the model"),
 }
 
 
