@@ -70,8 +70,10 @@ class TrainingSettings:
     """Tokens per sequence."""
     micro_batch: int = field(default=_L4["micro_batch"], metadata=_trainer())
     """Sequences per GPU per forward pass (1 x 2048 fits an L4 with activation checkpointing)."""
-    grad_accum: int = field(default=_L4["grad_accum"], metadata=_trainer())
-    """Micro-batches per optimizer step."""
+    batch_tokens: int = field(default=65_536, metadata=_trainer())
+    """Tokens per optimizer step over all GPUs: the batch the optimisation sees. Each GPU's accumulation
+    is derived from it (batch_tokens / (GPUs x micro_batch x seq_len); 8 x 1 x 2048 x 4 by default), so
+    changing gpu_node_count keeps the optimisation; a batch the GPUs cannot split evenly is refused."""
     learning_rate: float = field(default=2e-5, metadata=_trainer("lr"))
     """Peak learning rate after warmup."""
     data: str = field(default="random", metadata=_trainer())
@@ -581,6 +583,8 @@ def _validate_training(s: Settings) -> None:
         parse_args(shlex.split(job.entrypoint())[3:])
     except ConfigError as error:
         option, _, rest = str(error).partition(": ")
+        # Every trainer --option the message names, as the setting it comes from.
+        rest = re.sub(r"--([a-z][a-z-]*)", lambda m: _setting_of_option(m.group(1).replace("-", "_")), rest)
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
     _validate_pod_paths(t)
 

@@ -113,9 +113,17 @@ def test_unknown_profile_is_refused():
 def test_cluster_defaults_are_the_l4_profile():
     from stacks.settings import TrainingSettings
 
+    from stacks.settings import Settings
+    from training.config import TrainConfig, validate
+
     t = TrainingSettings()
     for key, value in GPU_PROFILES["l4"].items():
-        assert getattr(t, key) == value, key
+        if key != "grad_accum":  # per GPU in the profile; the cluster sets the global batch
+            assert getattr(t, key) == value, key
+    # The trainer derives the profile's 4 micro-batches per GPU from the batch on the default 2 x 4 GPUs.
+    derived = validate(TrainConfig(batch_tokens=t.batch_tokens, workers=Settings().training_workers, seq_len=t.seq_len,
+                                   micro_batch=t.micro_batch))
+    assert derived.grad_accum == GPU_PROFILES["l4"]["grad_accum"]
 
 
 def test_bad_model_is_one_line(capsys):

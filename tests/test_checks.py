@@ -59,6 +59,16 @@ def test_review_prices_fixed_gpu_nodes_as_idle():
 def test_review_follows_overrides():
     lines = review_lines(template_for(gpu_node_count=4).to_json())
     assert any("0 to 4 (autoscaled) x g6.12xlarge" in line for line in lines)
+    # The same 65,536-token batch on 16 GPUs: 65,536 / (16 x 1 x 2,048) = 2 micro-batches each, not 4.
+    assert any(line.startswith("training: 4 x g6.12xlarge, hybrid+bf16, micro-batch 1 x 2 accumulation") for line in lines)
+
+
+def test_review_names_the_batch_that_makes_the_link_cheap(template):
+    lines = review_lines(template.to_json())
+    training = next(i for i, line in enumerate(lines) if line.startswith("training: 2 x g6.12xlarge, hybrid+bf16, "
+                                                                          "micro-batch 1 x 4 accumulation"))
+    assert lines[training + 1].startswith("batch: the links cost ")
+    assert "at 65,536 tokens; from batch_tokens " in lines[training + 1] and "~$" in lines[training + 1]
 
 
 def test_per_run_cost_counts_the_gpu_nodes_from_start_to_removal(template, monkeypatch):

@@ -131,14 +131,25 @@ BAD_SETTINGS = [
     ({"training.steps": 0}, r"training.steps: 0 must be between 1 and 10,000,000"),
     ({"training.steps": 10**9}, r"training.steps: 1000000000 must be between 1 and 10,000,000"),
     ({"training.micro_batch": 0}, r"training.micro_batch: 0 must be between 1 and 4096"),
-    ({"training.grad_accum": 0}, r"training.grad_accum: 0 must be between 1 and 65536"),
+    # 65,536 tokens over 3 x 4 GPUs x 1 x 2,048: 65,536 / 24,576 = 2.67 micro-batches; 2 and 3 give 49,152 and 73,728.
+    ({"gpu_node_count": 3}, r"training.batch_tokens: 65,536 is not a multiple of 12 workers \(gpu_node_count\) x 1 "
+     r"sequences \(training.micro_batch\) x 2,048 tokens \(training.seq_len\) = 24,576 \(at most 65,536 times\); "
+     r"nearest valid: 49,152 or 73,728"),
+    ({"training.batch_tokens": 0}, r"training.batch_tokens: 0 is not a multiple of 8 workers .* nearest valid: 16,384$"),
+    ({"training.grad_accum": 4}, r"training.grad_accum: unknown setting; known: .*batch_tokens"),
+    # 16 H100s x 8 x 4096 = 524,288 tokens in one micro-batch each (2,048-token loss chunks): over 80 GB in every layout.
+    ({"gpu_instance_type": "p5.48xlarge", "training.batch_tokens": 524288, "training.seq_len": 4096,
+      "training.micro_batch": 8, "training.activation_checkpointing": False},
+     r"training.micro_batch: 8 x 4096 tokens per micro-batch without recomputation needs 80.7 GiB/GPU on "
+     r"2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation, no recomputation fits"),
     ({"training.learning_rate": 0}, r"training.learning_rate: 0.0 must be in \(0, 1\)"),
     ({"training.learning_rate": "fast"}, r"training.learning_rate: expected a number, got 'fast'"),
     ({"training.seq_len": 4}, r"training.seq_len: 4 must be between 8 and 131072"),
     ({"training.seq_len": 65536}, r"training.seq_len: 65536 exceeds Qwen/Qwen2.5-1.5B's 32768 positions"),
     ({"training.checkpoint_every": 500}, r"training.checkpoint_every: 500 must be between 0 \(only at the end\) and the number of steps \(200\)"),
     ({"training.loss_chunk_tokens": 0}, r"training.loss_chunk_tokens: 0 must be between 1 and"),
-    ({"gpu_node_count": 64, "gpu_instance_type": "p5.48xlarge", "training.steps": 5, "training.checkpoint_every": 0}, None),
+    ({"gpu_node_count": 64, "gpu_instance_type": "p5.48xlarge", "training.steps": 5, "training.checkpoint_every": 0,
+      "training.batch_tokens": 1048576}, None),  # 512 GPUs x 2,048 tokens
     ({"training.model": "no such model"}, r"training.model: 'no such model' is not a built-in"),
     # pod paths: the RayJob's working directory is not the user's (a relative path names nothing there)
     ({"training.model": "../../etc/passwd"}, r"^training.model: '../../etc/passwd' is not an absolute path, and the pods' "
@@ -318,7 +329,8 @@ EDGES_ACCEPTED = [
     {"availability_zones": ["us-east-2a", "us-east-2b"], "gpu_availability_zone": "us-east-2a", "nat_gateways": 2},
     {"availability_zones": [f"us-east-2{z}" for z in "abcdef"], "gpu_availability_zone": "us-east-2f", "nat_gateways": 6},
     {"system_node_count": 1}, {"system_node_count": 10}, {"system_node_disk_gib": 50}, {"system_node_disk_gib": 16384},
-    {"gpu_node_count": 1}, {"gpu_node_count": 64}, {"gpu_node_disk_gib": 100}, {"gpu_node_disk_gib": 16384},
+    {"gpu_node_count": 1}, {"gpu_node_count": 64, "training.batch_tokens": 524288},  # 256 GPUs x 2,048
+    {"gpu_node_disk_gib": 100}, {"gpu_node_disk_gib": 16384},
     {"vpc_cidr": "10.0.0.0/16"}, {"vpc_cidr": "10.0.0.0/20"},
     {"endpoint_public_cidrs": ["0.0.0.0/0", "203.0.113.7/32"]}, {"account": "123456789012"},
     {"admin_principal_arn": "arn:aws:iam::123456789012:role/Admin"},
@@ -404,6 +416,7 @@ def test_tools_read_the_cdk_json_of_the_folder_they_run_in(monkeypatch):
 def test_the_context_of_a_cdk_json_is_what_the_settings_are_made_of(tmp_path):
     document = json.loads((ROOT / "cdk.json").read_text())
     document["context"]["gpu_node_count"] = 3
+    document["context"]["training"]["batch_tokens"] = 49152  # 3 nodes x 4 GPUs x 1 x 2,048 x 2
     (tmp_path / "cdk.json").write_text(json.dumps(document))
     assert settings_from_files(tmp_path / "cdk.json").gpu_node_count == 3
 
@@ -470,5 +483,5 @@ def test_a_list_setting_given_as_json_text():
 @pytest.mark.parametrize("key", ["aws-cdk-lib.feature", "@aws-cdk/custom", "cdk-bootstrap-qualifier",
                                  "acknowledged-issue-numbers", "@aws-cdk/core:newStyleStackSynthesis"])
 def test_keys_cdk_itself_keeps_in_the_context_are_left_alone_and_the_rest_still_read(key):
-    s = settings_from_context({key: "x"} | base_context() | {"gpu_node_count": 3})
-    assert s.gpu_node_count == 3
+    s = settings_from_context({key: "x"} | base_context() | {"gpu_node_count": 4})
+    assert s.gpu_node_count == 4

@@ -317,3 +317,43 @@ def test_the_help_names_the_program_and_documents_each_option(capsys, monkeypatc
     assert "\nFine-tune a causal LM with FSDP2 under Ray Train (laptop, GPU box or EKS).\n" in out
     assert "--steps STEPS " in out and "Optimizer steps. (default: 100)" in out
     assert "Write checkpoints in the background (training pauses only to copy the shards to CPU memory). (default: True)" in out
+
+
+# ------------------------------------------------------------------ one global batch: --batch-tokens
+
+
+@pytest.mark.parametrize("workers,accum", [(8, 4), (16, 2), (4, 8), (2, 16)])
+def test_batch_tokens_sets_each_workers_accumulation(workers, accum):
+    # 65,536 tokens per step = workers x 1 sequence x 2,048 tokens x accum: 8 x 4, 16 x 2, 4 x 8, 2 x 16.
+    cfg = parse_args(["--batch-tokens", "65536", "--workers", str(workers), "--seq-len", "2048", "--micro-batch", "1"])
+    assert cfg.grad_accum == accum and validate(cfg).grad_accum == accum
+
+
+def test_batch_tokens_wins_over_a_profiles_accumulation():
+    # The l4 profile's 4 micro-batches are per GPU; a batch of 65,536 on 2 workers at 1 x 2,048 needs 16.
+    assert parse_args(["--profile", "l4", "--workers", "2", "--batch-tokens", "65536"]).grad_accum == 16
+
+
+@pytest.mark.parametrize("argv,message", [
+    # 3 workers x 1 x 2,048 = 6,144 tokens per round; 65,536 / 6,144 = 10.67, so 10 or 11 rounds.
+    (["--batch-tokens", "65536", "--workers", "3", "--seq-len", "2048", "--micro-batch", "1"],
+     r"^--batch-tokens: 65,536 is not a multiple of 3 workers \(--workers\) x 1 sequences \(--micro-batch\) x 2,048 "
+     r"tokens \(--seq-len\) = 6,144 \(at most 65,536 times\); nearest valid: 61,440 or 67,584$"),
+    (["--batch-tokens", "65536", "--grad-accum", "4"], r"^--grad-accum: 4 and --batch-tokens 65536 are exclusive"),
+])
+def test_a_batch_the_workers_cannot_split_is_refused_in_one_line(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_args(argv)
+
+
+def test_an_accumulation_that_contradicts_the_batch_is_refused():
+    with pytest.raises(ConfigError, match=r"^--grad-accum: 3 and --batch-tokens 65536 \(which gives 4 at 8 workers\)"):
+        validate(TrainConfig(batch_tokens=65536, workers=8, seq_len=2048, micro_batch=1, grad_accum=3))
+
+
+def test_a_shape_that_fits_no_gpu_of_the_instance_type_is_refused_before_the_run():
+    p5 = ["--model", "qwen2.5-1.5b", "--instance-type", "p5.48xlarge", "--workers", "16", "--profile", "h200"]
+    with pytest.raises(ConfigError, match=r"^--micro-batch: 8 x 4096 tokens per micro-batch without recomputation needs "
+                       r"88.0 GiB/GPU on 2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation"):
+        parse_args(p5)
+    assert parse_args(p5 + ["--micro-batch", "4", "--grad-accum", "2"]).micro_batch == 4  # what it offered fits

@@ -63,10 +63,10 @@ def _manifests(template: dict, kind: str) -> list[dict]:
     return [m for manifest in found for m in manifest if m.get("kind") == kind]
 
 
-def training_estimate(template: dict):
-    """(the training.plan line, its Estimate) for the RayJob's entrypoint on these nodes, or None."""
+def _job_plan(template: dict):
+    """(model, workload, cluster, Estimate) of the RayJob's entrypoint on these nodes (training.plan), or None."""
     from training.config import ConfigError, HUB_ARCHITECTURES, parse_args
-    from training.plan import MODELS, Workload, choose, cluster_of, estimate, Layout, summary_line
+    from training.plan import MODELS, Layout, Workload, choose, cluster_of, estimate
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
@@ -82,18 +82,37 @@ def training_estimate(template: dict):
     cluster = cluster_of(spec.name, cfg.workers // spec.gpus)
     work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                     activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                    steps=cfg.steps)
+                    steps=cfg.steps, lora_rank=cfg.lora_rank)
     layout_of = lambda sharding: Layout(sharding, not cfg.reshard_after_forward, cfg.reduce_dtype)  # noqa: E731
     chosen = (choose(model, work, cluster, not cfg.reshard_after_forward, cfg.reduce_dtype) if cfg.sharding == "auto"
               else estimate(model, work, cluster, layout_of(cfg.sharding)))
-    line = "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)"
-    return line, chosen
+    # Nothing fitting is refused by the settings' validation before synth gets here.
+    return (model, work, cluster, chosen) if chosen else None
+
+
+def training_estimate(template: dict):
+    """(the training.plan line, its Estimate) for the RayJob's entrypoint on these nodes, or None."""
+    from training.plan import summary_line
+
+    found = _job_plan(template)
+    if found is None:
+        return None
+    model, work, cluster, chosen = found
+    return "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)", chosen
 
 
 def training_plan_line(template: dict) -> str | None:
     """What the RayJob's trainer will do on these nodes (training.plan), from the template's own entrypoint."""
     found = training_estimate(template)
     return found[0] if found else None
+
+
+def training_batch_line(template: dict) -> str | None:
+    """The smallest batch that keeps the links at most 10% of the step (training.plan), for the RayJob's job."""
+    from training.plan import batch_line
+
+    found = _job_plan(template)
+    return batch_line(*found) if found else None
 
 
 def first_step_s() -> float:
@@ -171,6 +190,7 @@ def review_lines(template: dict) -> list[str]:
     plan = training_plan_line(template)
     if plan:
         lines.append(plan)
+        lines += filter(None, [training_batch_line(template)])
     lines += job_cost_lines(template, busy_gpu)
     return lines
 

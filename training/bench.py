@@ -602,9 +602,10 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
         work = Workload(seq_len=st["seq_len"], micro_batch=st["micro_batch"], grad_accum=st["grad_accum"],
                         activation_checkpointing=st["activation_checkpointing"], loss_chunk_tokens=st["loss_chunk_tokens"])
         gpu = GPUS["H200"]
-        mfu = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (gpu.bf16_tflops * 1e12)
-        key = (gpu.name, work.seq_len, work.micro_batch, work.activation_checkpointing)
-        calibration = dataclasses.replace(CALIBRATION, link_efficiency=1.0, measured_efficiency={key: mfu})
+        peak = CALIBRATION.matmul_peak(gpu)
+        efficiency = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (peak * 1e12)
+        key = (work.activation_checkpointing, work.seq_len * work.micro_batch)
+        calibration = dataclasses.replace(CALIBRATION, link_efficiency=1.0, efficiency={key: efficiency})
         cluster = Cluster(gpu=gpu, nodes=2, gpus_per_node=1, inter_node_gbps=link["busbw_gbps"], name="2 x (1 H200)")
         layout = Layout(st["sharding"], not st["reshard_after_forward"], st["reduce_dtype"])
         predicted = estimate(MODELS[model_name], work, cluster, layout, calibration)

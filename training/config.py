@@ -82,7 +82,10 @@ class TrainConfig:
     micro_batch: int = 4
     """Sequences per worker per forward/backward."""
     grad_accum: int = 1
-    """Micro-batches per optimizer step."""
+    """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
+    batch_tokens: int | None = None
+    """Tokens per optimizer step over all workers (the batch the optimisation sees): grad_accum becomes
+    batch_tokens / (workers x micro_batch x seq_len), so the batch stays the same on any number of GPUs."""
     lr: float = 3e-4
     """Peak learning rate, reached after warmup, then cosine decay."""
     min_lr_ratio: float = 0.1
@@ -199,8 +202,8 @@ class TrainConfig:
 
 # What fixes where a run's data position points and how its LR schedule runs: a checkpoint resumes only
 # under the same values (train.refuse_changed_resume).
-RESUME_SETTINGS = ("model", "model_revision", "workers", "micro_batch", "seq_len", "grad_accum", "steps", "warmup_steps",
-                   "min_lr_ratio", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
+RESUME_SETTINGS = ("model", "model_revision", "workers", "micro_batch", "seq_len", "grad_accum", "batch_tokens", "steps",
+                   "warmup_steps", "min_lr_ratio", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
                    "response_field", "assistant_only_loss", "chat_template", "default_system_prompt", "lora_rank",
                    "lora_alpha")
 
@@ -297,6 +300,13 @@ def validate(c: TrainConfig) -> TrainConfig:
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
                 f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
+    if c.batch_tokens is not None:
+        accum = grad_accum_for(c.batch_tokens, c.workers, c.micro_batch, c.seq_len)
+        # 1 is the unset default; parse_args refuses --grad-accum given together with --batch-tokens.
+        require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
+                f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
+        c = dataclasses.replace(c, grad_accum=accum)
+    _validate_fit(c)
     return c
 
 
@@ -306,6 +316,39 @@ TEMPLATE_SUFFIXES = (".jinja", ".j2", ".txt")
 def chat_template_is_file(value: str) -> bool:
     """--chat-template names a file (a template suffix, or a path or s3:// URI), else a Hub model id."""
     return value.endswith(TEMPLATE_SUFFIXES) or value.startswith(("/", ".", "~", "s3://", "file://"))
+
+
+def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: int) -> int:
+    """Micro-batches per worker per step that make batch_tokens; ConfigError (one line, the nearest
+    valid batches) when the workers' micro-batches cannot add up to it."""
+    per_round = workers * micro_batch * seq_len
+    if batch_tokens < 1 or batch_tokens % per_round or batch_tokens // per_round > MAX_GRAD_ACCUM:
+        below, above = max(batch_tokens // per_round, 1) * per_round, (batch_tokens // per_round + 1) * per_round
+        nearest = f"{below:,} or {above:,}" if below < batch_tokens else f"{below:,}"
+        raise ConfigError(f"--batch-tokens: {batch_tokens:,} is not a multiple of {workers} workers (--workers) x "
+                          f"{micro_batch} sequences (--micro-batch) x {seq_len:,} tokens (--seq-len) = {per_round:,} "
+                          f"(at most {MAX_GRAD_ACCUM:,} times); nearest valid: {nearest}")
+    return batch_tokens // per_round
+
+
+def _validate_fit(c: TrainConfig) -> None:
+    """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
+    (training.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
+    from training.plan import MODELS, SHARDINGS as LAYOUT_SHARDINGS, Workload, cluster_of, fit_error
+
+    spec = INSTANCE_TYPES.get(c.instance_type or "")
+    model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
+    if spec is None or spec.gpu is None or model is None or (c.workers > spec.gpus and c.workers % spec.gpus):
+        return
+    nodes = max(c.workers // spec.gpus, 1)
+    cluster = dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
+    work = Workload(seq_len=c.seq_len, micro_batch=c.micro_batch, grad_accum=c.grad_accum,
+                    activation_checkpointing=c.activation_checkpointing, loss_chunk_tokens=c.loss_chunk_tokens,
+                    lora_rank=c.lora_rank)
+    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
+    problem = fit_error(model, work, cluster, shardings, not c.reshard_after_forward, c.reduce_dtype)
+    if problem:
+        raise ConfigError(problem)
 
 
 def _validate_data(option: str, value: str) -> None:
@@ -487,6 +530,11 @@ def _field_docs() -> dict[str, str]:
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     parser = build_parser()
     chosen, _ = parser.parse_known_args(argv)
+    given = parser.parse_known_args(argv, argparse.Namespace(grad_accum=None))[0]
+    if chosen.batch_tokens is not None and given.grad_accum is not None:
+        raise ConfigError(f"--grad-accum: {given.grad_accum} and --batch-tokens {chosen.batch_tokens} are exclusive "
+                          "(the batch sets the accumulation); give one")
     if chosen.profile in GPU_PROFILES:  # an unknown one is refused by validate
-        parser.set_defaults(**GPU_PROFILES[chosen.profile])
+        profile = GPU_PROFILES[chosen.profile]
+        parser.set_defaults(**{k: v for k, v in profile.items() if not (k == "grad_accum" and chosen.batch_tokens)})
     return validate(TrainConfig(**vars(parser.parse_args(argv))))

@@ -3,7 +3,9 @@
 For an instance type, a number of nodes and the training settings, each sharding layout gets its
 FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
 time of each, which one bounds the step, the tokens/s per GPU, the memory per GPU, and the time
-and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory.
+and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory and
+never with one that does not; the plan also names a faster micro-batch or recomputation setting at the
+same tokens per step where one fits, and the smallest batch that keeps the links at most 10% of the step.
 
 Layouts:
 - full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
@@ -16,6 +18,8 @@ Layouts:
   backward: one all-gather per step instead of two per micro-batch, for the whole bf16 model in memory.
 - +bf16: gradients are reduced in bf16 instead of fp32: half the reduction bytes.
 
+Compute: model FLOPs over a measured bf16 matmul peak times the trainer's efficiency measured on the H200
+at the micro-batch's size (Calibration says how other GPUs are mapped onto it; the output states it).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass
 
@@ -123,16 +128,22 @@ def cluster_of(instance_type: str, nodes: int) -> Cluster:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Measured ratios the model multiplies datasheet figures by; each names the run it came from."""
+    """Measured figures the model multiplies datasheet figures by; each names the run it came from.
 
-    compute_efficiency: float
-    """MFU (model FLOP/s over the datasheet peak) where no measurement of the GPU at the shape exists:
-    what this trainer reaches on a saturated GPU without activation checkpointing."""
-    compute_efficiency_recompute: float
-    """The same with activation checkpointing on (the recomputation is not counted as useful work)."""
-    measured_efficiency: dict
-    """MFU measured for (GPU, seq_len, micro_batch, activation checkpointing): a small per-GPU batch on
-    a large GPU is dominated by overheads that a saturated-shape figure does not show."""
+    Compute basis: the trainer's efficiencies are fractions of the bf16 matmul peak *measured* on the
+    reference GPU (an 8192^3 product), never of a datasheet peak, so a prediction multiplies them by a
+    measured peak too: the GPU's own where one was measured, else its datasheet peak times the
+    reference GPU's measured-over-datasheet fraction (an assumption, stated in the output).
+    """
+
+    reference_gpu: str
+    """The GPU model the efficiencies were measured on."""
+    matmul_peak_tflops: dict
+    """Measured bf16 matmul peak, TFLOP/s, per GPU model."""
+    efficiency: dict
+    """Model FLOP/s over the reference GPU's measured matmul peak, by (activation checkpointing, tokens
+    per micro-batch): a small micro-batch on a large GPU is dominated by overheads (launches, the
+    elementwise and memory-bound kernels) that a large one amortises."""
     link_efficiency: float
     """NCCL bus bandwidth of large collectives over the nominal link bandwidth."""
     activation_bytes: float
@@ -143,27 +154,75 @@ class Calibration:
     """Reserved over allocated memory of PyTorch's caching allocator: what must fit in the GPU."""
     source: str
 
-    def efficiency(self, gpu: str, work: "Workload") -> float:
-        key = (gpu, work.seq_len, work.micro_batch, work.activation_checkpointing)
-        if key in self.measured_efficiency:
-            return self.measured_efficiency[key]
-        return self.compute_efficiency_recompute if work.activation_checkpointing else self.compute_efficiency
+    @property
+    def peak_fraction(self) -> float:
+        """The reference GPU's measured matmul peak over its datasheet peak."""
+        return self.matmul_peak_tflops[self.reference_gpu] / GPUS[self.reference_gpu].bf16_tflops
+
+    def matmul_peak(self, gpu: GpuSpec) -> float:
+        """TFLOP/s the efficiencies apply to: measured, or the datasheet's at the reference GPU's fraction."""
+        return self.matmul_peak_tflops.get(gpu.name, gpu.bf16_tflops * self.peak_fraction)
+
+    def equivalent_tokens(self, gpu: GpuSpec, work: "Workload") -> float:
+        """A micro-batch's tokens at the reference GPU's size: a GPU k times slower is assumed to saturate at
+        k times fewer tokens (its fixed costs per kernel take k times less of the work's time)."""
+        return work.seq_len * work.micro_batch * self.matmul_peak(GPUS[self.reference_gpu]) / self.matmul_peak(gpu)
+
+    def compute_efficiency(self, gpu: GpuSpec, work: "Workload") -> float:
+        """Efficiency at the workload's shape: the measured points of its recomputation setting, linear in
+        log2(tokens) between them, flat beyond the largest. Sizes measured only with the other setting join
+        in at the ratio of the two settings where both were measured (the largest such size)."""
+        ac = work.activation_checkpointing
+        own = {t: e for (r, t), e in self.efficiency.items() if r == ac}
+        both = [t for t in own if (not ac, t) in self.efficiency]
+        if both:
+            ratio = own[max(both)] / self.efficiency[(not ac, max(both))]
+            own = {t: e * ratio for (r, t), e in self.efficiency.items() if r != ac} | own
+        return _interpolate(own, self.equivalent_tokens(gpu, work))
+
+    def basis(self, gpu: GpuSpec, work: "Workload") -> str:
+        """One line: what the compute term of this GPU rests on."""
+        peak = self.matmul_peak(gpu)
+        if gpu.name in self.matmul_peak_tflops:
+            source = f"measured bf16 matmul peak {peak:.0f} TFLOP/s ({gpu.bf16_tflops:g} datasheet)"
+        else:
+            source = (f"{peak:.0f} TFLOP/s = {gpu.bf16_tflops:g} datasheet x {self.peak_fraction:.3f}, the "
+                      f"{self.reference_gpu}'s measured matmul fraction ({gpu.name} not measured)")
+        return (f"compute basis: {gpu.name} at {source}, x {self.compute_efficiency(gpu, work):.1%} efficiency "
+                f"measured on the {self.reference_gpu} at {self.equivalent_tokens(gpu, work):,.0f} tokens per micro-batch"
+                f"{' with recomputation' if work.activation_checkpointing else ''}; MFU is against the datasheet peak")
 
 
-# docs/bench-results/2026-11-30-h200x2-*.json (2 x H200, Qwen2.5-1.5B, torch.compile, bf16):
-# - compute: h200 profile (8 x 4096) without recomputation, 1 GPU: 75.0% MFU; with activation
-#   checkpointing (variants suite, 2 GPUs over NVLink, where communication hides): 60.0%; the l4
-#   profile's shape (1 x 2048, recomputation), 2 GPUs over NVLink: 15.6%.
+def _interpolate(points: dict, x: float) -> float:
+    xs = sorted(points)
+    if x <= xs[0]:
+        return points[xs[0]]
+    for lo, hi in zip(xs, xs[1:]):
+        if x <= hi:
+            share = (math.log2(x) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+            return points[lo] + share * (points[hi] - points[lo])
+    return points[xs[-1]]
+
+
+# docs/bench-results/2026-11-30-h200x2-*.json (2 x H200, Qwen2.5-1.5B, torch.compile, bf16, random tokens):
+# - matmul peak: 788.3 TFLOP/s, the full suite's (`make bench`) median 8192^3 product; 989 on the datasheet.
+# - compute: tokens/s per GPU x FLOPs per token (11.376 GFLOP at seq 4096, 10.319 at 2048) / 788.3 TFLOP/s:
+#   no recomputation, 4 x 4096 (variants): 45,961 -> 0.663; 8 x 4096 (full suite, default): 50,397 -> 0.727;
+#   12 x 4096 (variants): 49,818 -> 0.719. Recomputation, 8 x 4096 (variants): 41,228 -> 0.595; 1 x 2048 x 4
+#   accumulation: 10,880 -> 0.142, the mean of its seven runs in three suites (l4: 11,850; layouts over NVLink:
+#   9,596, 13,154, 9,691, 9,550; reduce-dtype: 11,209, 11,110), which differ by up to 37% between runs of the
+#   same settings. Each ran on 2 GPUs over NVLink, where communication hides.
 # - link: NCCL over NVLink, 224-314 GB/s bus bandwidth for 64-512 MiB collectives against 450 GB/s
 #   nominal: 0.60 (the lower end, the message sizes of one decoder layer).
 # - memory: peak allocated 82.1 GiB (h200 profile, no recomputation), 22.6 GiB (same with
 #   recomputation) and 16.8 GiB (l4 profile, world size 2) fit the activation and loss-chunk terms
 #   (the model gives 79.4, 23.8 and 16.4 GiB); the l4 profile's 21.3 GiB reserved gives the
 #   allocator overhead.
-# docs/benchmarks.md, "Layouts on the emulated link", adds the 2 x H200 sockets runs that test it.
+# docs/benchmarks.md, "Layouts on the emulated link" and "The planner against every H200 run", check it.
 CALIBRATION = Calibration(
-    compute_efficiency=0.750, compute_efficiency_recompute=0.600,
-    measured_efficiency={("H200", 2048, 1, True): 0.156, ("H200", 4096, 8, False): 0.727},
+    reference_gpu="H200", matmul_peak_tflops={"H200": 788.3},
+    efficiency={(False, 16384): 0.663, (False, 32768): 0.727, (False, 49152): 0.719,
+                (True, 2048): 0.142, (True, 32768): 0.595},
     link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
     source="2 x H200 benchmark runs of 2026-11-30 (docs/bench-results)",
 )
@@ -186,6 +245,8 @@ ALL_LAYOUTS = tuple(Layout(s, k, r) for s in SHARDINGS for k in (False, True) fo
 @dataclass(frozen=True)
 class Estimate:
     layout: Layout
+    work: Workload
+    """The per-GPU shape it was estimated at."""
     flops_per_step: float
     """Model FLOPs per GPU per optimizer step (recomputation not counted)."""
     intra_bytes: float
@@ -203,6 +264,7 @@ class Estimate:
     fits: bool
     tokens_per_s_per_gpu: float
     mfu: float
+    """Against the datasheet peak, as the trainer's log reports it."""
     run_s: float
     run_usd: float
 
@@ -251,8 +313,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
-    efficiency = calibration.efficiency(cluster.gpu.name, work)
-    compute_s = flops / (cluster.gpu.bf16_tflops * 1e12 * efficiency)
+    compute_s = flops / (calibration.matmul_peak(cluster.gpu) * 1e12 * calibration.compute_efficiency(cluster.gpu, work))
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
     # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without), the reductions.
     # The root's first gather must land before anything computes.
@@ -271,7 +332,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     tokens_per_s = work.tokens_per_step / step_s
     run_s = step_s * work.steps
     return Estimate(
-        layout=layout, flops_per_step=flops, intra_bytes=intra_bytes, inter_bytes=inter_bytes,
+        layout=layout, work=work, flops_per_step=flops, intra_bytes=intra_bytes, inter_bytes=inter_bytes,
         compute_s=compute_s, intra_s=intra_s, inter_s=inter_s, exposed_s=exposed_s, step_s=step_s,
         memory_gib=memory / GIB, fits=memory <= usable_bytes(cluster.gpu), tokens_per_s_per_gpu=tokens_per_s,
         mfu=tokens_per_s * model.flops_per_token(work.seq_len) / (cluster.gpu.bf16_tflops * 1e12),
@@ -327,14 +388,101 @@ def rank_layouts(model: ModelShape, work: Workload, cluster: Cluster,
     return sorted(estimates, key=lambda e: (not e.fits, e.step_s))
 
 
+def same_batch_shapes(work: Workload) -> list[Workload]:
+    """Every micro-batch and recomputation setting with the same sequences per GPU per optimizer step
+    (micro_batch x grad_accum), so the same tokens per step: the optimisation does not change."""
+    per_gpu = work.micro_batch * work.grad_accum
+    return [dataclasses.replace(work, micro_batch=mb, grad_accum=per_gpu // mb, activation_checkpointing=ac)
+            for mb in range(1, per_gpu + 1) if per_gpu % mb == 0 for ac in (False, True)]
+
+
 def choose(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False, reduce_dtype: str = "fp32",
-           calibration: Calibration = CALIBRATION) -> Estimate:
-    """What `--sharding auto` trains with: full or hybrid, whichever is faster among those that fit (the
-    smaller if neither fits); keeping weights gathered and the reduction dtype stay the user's settings."""
-    estimates = [estimate(model, work, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
-                 for s in (SHARDINGS if cluster.nodes > 1 else ("full",))]
+           calibration: Calibration = CALIBRATION, shapes: bool = False) -> Estimate | None:
+    """What auto trains with: the fastest layout (full or hybrid) that fits, and with `shapes` also the
+    fastest micro-batch and recomputation at the same tokens per step (same_batch_shapes); ties go to
+    the smaller memory. None when nothing fits. Keeping weights gathered and the reduction dtype stay
+    the user's settings."""
+    works = same_batch_shapes(work) if shapes else [work]
+    shardings = SHARDINGS if cluster.nodes > 1 else ("full",)
+    estimates = [estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
+                 for w in works for s in shardings]
     fitting = [e for e in estimates if e.fits]
-    return min(fitting, key=lambda e: e.step_s) if fitting else min(estimates, key=lambda e: e.memory_gib)
+    return min(fitting, key=lambda e: (e.step_s, e.memory_gib)) if fitting else None
+
+
+def smallest(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False,
+             reduce_dtype: str = "fp32", calibration: Calibration = CALIBRATION) -> Estimate:
+    """The layout and same-batch shape that needs the least memory (to say how far from fitting it is)."""
+    shardings = SHARDINGS if cluster.nodes > 1 else ("full",)
+    return min((estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
+                for w in same_batch_shapes(work) for s in shardings), key=lambda e: e.memory_gib)
+
+
+def describe_shape(work: Workload) -> str:
+    return (f"micro-batch {work.micro_batch} x {work.grad_accum} accumulation"
+            f"{', recomputation' if work.activation_checkpointing else ', no recomputation'}")
+
+
+def fit_error(model: ModelShape, work: Workload, cluster: Cluster, shardings: tuple[str, ...], keep_gathered: bool,
+              reduce_dtype: str, calibration: Calibration = CALIBRATION) -> str | None:
+    """None when the run's own shape fits in one of `shardings`; else one line that names the trainer
+    option to change (micro-batch, recomputation, or the GPUs) and what fits at the same batch."""
+    if cluster.nodes == 1:
+        shardings = ("full",)
+    own = [estimate(model, work, cluster, Layout(s, keep_gathered, reduce_dtype), calibration) for s in shardings]
+    if any(e.fits for e in own):
+        return None
+    need = min(e.memory_gib for e in own)
+    where = f"{cluster.name} ({cluster.gpu.memory_gb:g} GB per GPU)"
+    best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
+    if best is None:
+        least = smallest(model, work, cluster, keep_gathered, reduce_dtype, calibration)
+        return (f"--instance-type: {model.name} fits in no layout, micro-batch or recomputation on {where}: the smallest "
+                f"needs {least.memory_gib:.1f} GiB/GPU; use GPUs with more memory, more nodes, or LoRA")
+    option = "--micro-batch" if best.work.micro_batch != work.micro_batch else "--activation-checkpointing"
+    return (f"{option}: {work.micro_batch} x {work.seq_len} tokens per micro-batch"
+            f"{' with' if work.activation_checkpointing else ' without'} recomputation needs {need:.1f} GiB/GPU on {where}; "
+            f"{describe_shape(best.work)} fits at {best.memory_gib:.1f} GiB (~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU), "
+            "the same tokens per step")
+
+
+# The share of the step the links may take beyond the compute before the batch is worth raising.
+LINK_SHARE_TARGET = 0.10
+
+
+def link_bound_batch(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout,
+                     calibration: Calibration = CALIBRATION, limit: int = 4096) -> Estimate | None:
+    """The smallest batch (more micro-batches per step at the same micro-batch) whose communication beyond
+    the compute is at most LINK_SHARE_TARGET of the step; None within `limit` micro-batches (the gathers
+    of full sharding grow with every micro-batch, so its share may never fall that low)."""
+    for accum in range(1, limit + 1):
+        e = estimate(model, dataclasses.replace(work, grad_accum=accum), cluster, layout, calibration)
+        if e.exposed_s <= LINK_SHARE_TARGET * e.step_s:
+            return e if e.fits else None
+    return None
+
+
+def batch_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estimate,
+               calibration: Calibration = CALIBRATION) -> str:
+    """The smallest batch that makes the links at most 10% of the step, with its speed and cost for the
+    same tokens as the configured run."""
+    batch = chosen.work.tokens_per_step * cluster.world
+    run_tokens = batch * work.steps
+    found = link_bound_batch(model, chosen.work, cluster, chosen.layout, calibration)
+    if found is None:
+        return (f"batch: no batch up to 4,096 micro-batches per step brings {chosen.layout.name}'s communication "
+                f"under {LINK_SHARE_TARGET:.0%} of the step")
+    tokens = found.work.tokens_per_step * cluster.world
+    if tokens <= batch:
+        return (f"batch: {batch:,} tokens per step already keeps communication at {chosen.exposed_s / chosen.step_s:.0%} "
+                f"of the step (at most {LINK_SHARE_TARGET:.0%})")
+    steps = math.ceil(run_tokens / tokens)
+    run_s = steps * found.step_s
+    return (f"batch: the links cost {chosen.exposed_s / chosen.step_s:.0%} of the step at {batch:,} tokens; from "
+            f"batch_tokens {tokens:,} ({found.work.grad_accum} micro-batches per GPU) they cost at most "
+            f"{LINK_SHARE_TARGET:.0%}: ~{found.tokens_per_s_per_gpu:,.0f} tok/s/GPU, the same {run_tokens:,} tokens in "
+            f"{steps} steps, ~{_duration(run_s)}, ~${cluster.usd_per_hour * run_s / 3600:,.2f} (a larger batch changes "
+            "the optimisation: retune the learning rate)")
 
 
 # ---------------------------------------------------------------- the trainer's layout
@@ -396,6 +544,8 @@ def resolve_sharding(requested: str, model: ModelShape, work: Workload, nodes: i
     if instance_type and gpu:
         cluster = cluster_of(instance_type, nodes)
         best = choose(model, work, cluster, keep_gathered, reduce_dtype)
+        if best is None:
+            raise LayoutError(fit_error(model, work, cluster, SHARDINGS, keep_gathered, reduce_dtype))
         return best.layout.sharding, (f"fastest that fits on {cluster.name}: ~{best.step_s:.2f} s/step, "
                                       f"{best.memory_gib:.1f} GiB/GPU, {best.bound}")
     hybrid = memory_bytes(model, work, Layout("hybrid", keep_gathered, reduce_dtype), gpus_per_node,
@@ -414,17 +564,18 @@ def _duration(seconds: float) -> str:
 
 
 def summary_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estimate) -> str:
-    """One line for the synth review: what the deployment will do with its layout."""
-    return (f"{cluster.name}, {chosen.layout.name}: {chosen.bound}, ~{chosen.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
-            f"{work.steps} steps in ~{_duration(chosen.run_s)}, ~${chosen.run_usd:,.2f} "
-            f"({chosen.memory_gib:.1f} GiB/GPU of {cluster.gpu.memory_gb:g} GB)")
+    """One line for the synth review: what the deployment will do with its layout and shape."""
+    return (f"{cluster.name}, {chosen.layout.name}, {describe_shape(chosen.work)}: {chosen.bound}, "
+            f"~{chosen.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {work.steps} steps in ~{_duration(chosen.run_s)}, "
+            f"~${chosen.run_usd:,.2f} ({chosen.memory_gib:.1f} GiB/GPU of {cluster.gpu.memory_gb:g} GB)")
 
 
 def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Calibration = CALIBRATION) -> str:
     rows = [f"{cluster.name} ({cluster.world} x {cluster.gpu.name}, {cluster.gpu.intra_node_link} "
             f"{cluster.gpu.intra_node_gbps:g} GB/s per GPU, network {cluster.inter_node_gbps:g} GB/s per node), "
             f"{model.name}, {work.micro_batch} x {work.seq_len} x {work.grad_accum} micro-batches per GPU"
-            f"{', recomputation' if work.activation_checkpointing else ''}",
+            f"{', recomputation' if work.activation_checkpointing else ''} "
+            f"({work.tokens_per_step * cluster.world:,} tokens per step)",
             "| layout | step s | compute s | intra-node s (GB) | inter-node s (GB) | bound | tok/s/GPU | MFU | "
             "memory GiB | fits | run | run $ |",
             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
@@ -433,12 +584,38 @@ def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Cali
                     f"{e.inter_s:.2f} ({e.inter_bytes / 1e9:.1f}) | {e.bound} | {e.tokens_per_s_per_gpu:,.0f} | "
                     f"{e.mfu:.1%} | {e.memory_gib:.1f} | {'yes' if e.fits else 'NO'} | {_duration(e.run_s)} | "
                     f"{e.run_usd:,.2f} |")
+    rows.append(calibration.basis(cluster.gpu, work))
     rows.append(f"calibration: {calibration.source}")
     return "\n".join(rows)
 
 
+def auto_lines(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False,
+               reduce_dtype: str = "fp32", calibration: Calibration = CALIBRATION) -> list[str]:
+    """What --sharding auto picks for this shape and why; a faster micro-batch or recomputation setting at
+    the same tokens per step, if one fits; the batch that makes the links cheap. When nothing fits, what to change."""
+    chosen = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration)
+    batch = work.tokens_per_step * cluster.world
+    settings = f"{reduce_dtype} reduction, weights {'kept gathered' if keep_gathered else 'resharded'}"
+    if chosen is None:
+        lines = [f"auto ({settings}): no layout fits: "
+                 + fit_error(model, work, cluster, SHARDINGS, keep_gathered, reduce_dtype, calibration)]
+        if not work.lora_rank and choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True) is None:
+            lora = dataclasses.replace(work, lora_rank=LORA_RANK_SUGGESTED)
+            found = choose(model, lora, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
+            if found:
+                lines.append(f"LoRA fits (--lora-rank {LORA_RANK_SUGGESTED}: " + summary_line(model, lora, cluster, found) + ")")
+        return lines
+    lines = [f"auto ({settings}): {summary_line(model, work, cluster, chosen)}; the fastest layout that fits"]
+    best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
+    if best.step_s < 0.95 * chosen.step_s:
+        lines.append(f"faster at the same {batch:,} tokens per step: {describe_shape(best.work)} "
+                     f"({best.layout.name}, ~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {best.memory_gib:.1f} GiB/GPU)")
+    lines.append(batch_line(model, work, cluster, chosen, calibration))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    from training.config import GPU_PROFILES, HUB_ARCHITECTURES
+    from training.config import GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
 
     parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of training/hardware.py")
@@ -447,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES), help="the trainer's GPU profile")
     parser.add_argument("--seq-len", type=int)
     parser.add_argument("--micro-batch", type=int)
-    parser.add_argument("--grad-accum", type=int)
+    parser.add_argument("--batch-tokens", type=int, help="tokens per optimizer step over all GPUs (default: the "
+                        "profile's micro-batch x accumulation on every GPU; the cluster's training.batch_tokens)")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: full fine-tuning)")
     args = parser.parse_args(argv)
@@ -464,20 +642,21 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --nodes and --steps must be at least 1, --lora-rank at least 0", file=sys.stderr)
         return 2
     profile = GPU_PROFILES[args.profile]
-    work = Workload(seq_len=args.seq_len or profile["seq_len"], micro_batch=args.micro_batch or profile["micro_batch"],
-                    grad_accum=args.grad_accum or profile.get("grad_accum", 1),
+    cluster = cluster_of(args.instance_type, args.nodes)
+    seq_len, micro_batch = args.seq_len or profile["seq_len"], args.micro_batch or profile["micro_batch"]
+    batch = args.batch_tokens or seq_len * micro_batch * profile.get("grad_accum", 1) * cluster.world
+    try:
+        accum = grad_accum_for(batch, cluster.world, micro_batch, seq_len)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    work = Workload(seq_len=seq_len, micro_batch=micro_batch, grad_accum=accum,
                     activation_checkpointing=profile["activation_checkpointing"],
                     loss_chunk_tokens=profile["loss_chunk_tokens"], steps=args.steps, lora_rank=args.lora_rank)
-    cluster = cluster_of(args.instance_type, args.nodes)
     print(table(model, work, cluster))
-    print("auto (fp32 reduction, weights resharded): " + summary_line(model, work, cluster, choose(model, work, cluster)))
-    if not work.lora_rank and not any(e.fits for e in rank_layouts(model, work, cluster)):
-        lora = dataclasses.replace(work, lora_rank=LORA_RANK_SUGGESTED)
-        print(f"full fine-tuning fits in no layout: it needs LoRA (--lora-rank {LORA_RANK_SUGGESTED}: "
-              + summary_line(model, lora, cluster, choose(model, lora, cluster)) + ")")
+    print("\n".join(auto_lines(model, work, cluster, profile.get("reshard_after_forward", True) is False)))
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-
