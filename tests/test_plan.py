@@ -181,3 +181,13 @@ def test_weights_kept_gathered_are_gathered_in_the_first_forward_only():
     kept = plan.estimate(QWEN, work, G6, plan.Layout("full", keep_gathered=True))
     gathers = (2 * QWEN.params) * (7 / 8) / (G6.inter_node_gbps * plan.CALIBRATION.link_efficiency * 1e9)
     assert kept.step_s > gathers + kept.compute_s * (1 - 0.25 / 8 - 0.75 / 8)
+
+
+def test_usable_memory_is_the_datasheet_gigabytes_less_the_runtimes_share():
+    """Datasheets give GPU memory in GB (10^9 bytes): an L4 has 24 GB = 24,000,000,000 bytes; less 1.5 GiB
+    (1,610,612,736 bytes) for the CUDA context, cuBLAS and NCCL, the allocator has 22,389,387,264 bytes."""
+    from training.hardware import GPUS
+    from training.plan import usable_bytes
+
+    assert usable_bytes(GPUS["L4"]) == 22_389_387_264
+    assert usable_bytes(GPUS["H100"]) == 78_389_387_264  # 80,000,000,000 - 1,610,612,736

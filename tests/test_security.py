@@ -275,3 +275,53 @@ def test_every_log_group_is_encrypted_with_the_logs_key(template):
     keys = {json.dumps(g["Properties"]["KmsKeyId"]) for g in groups}
     # control plane, flow logs, 3 Lambdas, 4 Container Insights groups (tests/test_observability.py)
     assert len(groups) == 9 and len(keys) == 1 and "LogsKey" in keys.pop()
+
+
+# ------------------------------------------------------------------ what the consumers of these rules really do
+
+
+class LabelledNamespacePod(np.Pod):
+    """A pod whose namespace carries the labels the API server really sets, written out here (not np's constant):
+    every namespace gets kubernetes.io/metadata.name = its name (Kubernetes 1.22+, "Well-Known Labels, Annotations
+    and Taints": https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name)."""
+
+    def namespace_labels(self) -> dict:
+        return {"kubernetes.io/metadata.name": self.namespace}
+
+
+def test_the_operator_is_let_in_by_the_label_kubernetes_puts_on_its_namespace():
+    operator = LabelledNamespacePod("kuberay-system", {"app.kubernetes.io/name": "kuberay-operator"})
+    elsewhere = LabelledNamespacePod("default", {"app.kubernetes.io/name": "kuberay-operator"})
+    assert np.ingress_allowed(POLICIES, operator, HEAD, 8265)
+    assert not np.ingress_allowed(POLICIES, elsewhere, HEAD, 8265)
+    [rule] = manifest_of_policies("ray-head-job-api")["spec"]["ingress"]
+    assert rule["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}
+
+
+def manifest_of_policies(name: str) -> dict:
+    return next(p for p in POLICIES if p["metadata"]["name"] == name)
+
+
+def _ray_role_object_actions(template) -> set[str]:
+    roles = [k for k, r in resources_of(template, "AWS::IAM::Role").items()
+             if '"ray"' in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    [role] = roles
+    actions = set()
+    for policy in resources_of(template, "AWS::IAM::Policy").values():
+        if {"Ref": role} in policy["Properties"]["Roles"]:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if "/*" in json.dumps(statement["Resource"]):  # the bucket's objects
+                    actions |= set(statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])
+    return actions
+
+
+def test_the_ray_role_may_delete_the_checkpoints_ray_train_retires(template):
+    """The trainer keeps 2 checkpoints (train.py: CheckpointConfig(num_to_keep=2)). Ray Train 2.58 deletes
+    older ones itself (ray/train/v2/_internal/execution/checkpoint/checkpoint_manager.py: delete_fs_path,
+    storage.py: fs.delete_dir), i.e. S3 DeleteObject(s) through pyarrow; it only logs a refusal, so without
+    the permission every checkpoint would stay in the bucket, billed, unnoticed. Writing needs PutObject and
+    the multipart calls of large shards; resuming needs GetObject."""
+    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= _ray_role_object_actions(template)
+    from training import train
+
+    assert "CheckpointConfig(num_to_keep=2)" in __import__("inspect").getsource(train.fit)

@@ -317,3 +317,9 @@ def test_the_help_names_the_program_and_documents_each_option(capsys, monkeypatc
     assert "\nFine-tune a causal LM with FSDP2 under Ray Train (laptop, GPU box or EKS).\n" in out
     assert "--steps STEPS " in out and "Optimizer steps. (default: 100)" in out
     assert "Write checkpoints in the background (training pauses only to copy the shards to CPU memory). (default: True)" in out
+
+
+def test_tokens_per_step_count_every_micro_batch_of_the_step():
+    """A worker's step is grad_accum micro-batches of micro_batch sequences of seq_len tokens:
+    4 x 2048 x 8 = 65,536 tokens (what tok/s/GPU and MFU divide by the step time)."""
+    assert TrainConfig(micro_batch=4, seq_len=2048, grad_accum=8).tokens_per_step_per_worker == 65_536
