@@ -302,7 +302,8 @@ def manifest_of_policies(name: str) -> dict:
     return next(p for p in POLICIES if p["metadata"]["name"] == name)
 
 
-def _ray_role_object_actions(template) -> set[str]:
+def _ray_role_actions(template, objects: bool) -> set[str]:
+    """The S3 actions the `ray` account's role has on the bucket's objects (objects=True) or on the bucket."""
     roles = [k for k, r in resources_of(template, "AWS::IAM::Role").items()
              if '"ray"' in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
     [role] = roles
@@ -310,7 +311,7 @@ def _ray_role_object_actions(template) -> set[str]:
     for policy in resources_of(template, "AWS::IAM::Policy").values():
         if {"Ref": role} in policy["Properties"]["Roles"]:
             for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
-                if "/*" in json.dumps(statement["Resource"]):  # the bucket's objects
+                if ("/*" in json.dumps(statement["Resource"])) is objects:
                     actions |= set(statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])
     return actions
 
@@ -321,7 +322,14 @@ def test_the_ray_role_may_delete_the_checkpoints_ray_train_retires(template):
     storage.py: fs.delete_dir), i.e. S3 DeleteObject(s) through pyarrow; it only logs a refusal, so without
     the permission every checkpoint would stay in the bucket, billed, unnoticed. Writing needs PutObject and
     the multipart calls of large shards; resuming needs GetObject."""
-    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= _ray_role_object_actions(template)
+    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= _ray_role_actions(template, True)
     from training import train
 
     assert "CheckpointConfig(num_to_keep=2)" in __import__("inspect").getsource(train.fit)
+
+
+def test_the_ray_role_may_list_the_run_folder(template):
+    """Resuming lists the run's checkpoint folders (storage.complete_checkpoints, Ray Train's own state): pyarrow's
+    FileSelector is S3 ListObjectsV2, which IAM authorises as s3:ListBucket on the bucket (Amazon S3 API
+    Reference, ListObjectsV2, "Permissions"); without it S3 also answers 403 instead of 404 for a missing key."""
+    assert "s3:ListBucket" in _ray_role_actions(template, False)
