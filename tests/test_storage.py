@@ -178,3 +178,21 @@ def test_a_resumed_run_keeps_the_records_up_to_its_checkpoint_step():
     text = "".join(json.dumps({"step": s, "loss": 4.0 - s}) + "\n" for s in (1, 2, 3))
     assert [r["step"] for r in read_metrics(text, up_to_step=2)] == [1, 2]
     assert [r["step"] for r in read_metrics(text)] == [1, 2, 3]
+
+
+def test_a_log_line_is_a_record_only_if_it_is_an_object_with_a_step():
+    from training.records import RECORD_PREFIX, parse_record
+
+    assert parse_record('12:00:01 worker 0: ' + RECORD_PREFIX + '{"step":7,"loss":2.5}') == {"step": 7, "loss": 2.5}
+    assert parse_record(RECORD_PREFIX + '[7, 2.5]') is None
+    assert parse_record(RECORD_PREFIX + '{"loss":2.5}') is None
+    assert parse_record(RECORD_PREFIX + '{"step":7,"lo') is None  # cut short
+    assert parse_record('step 7 loss 2.5') is None
+
+
+def test_the_metrics_file_is_compact_json_lines(tmp_path):
+    from training.records import RecordWriter
+
+    writer = RecordWriter(str(tmp_path), [{"step": 1, "loss": 3.0}], interval_s=60)
+    writer.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step":1,"loss":3.0}\n'
