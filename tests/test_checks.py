@@ -80,3 +80,14 @@ def test_per_run_cost_counts_the_gpu_nodes_from_start_to_removal(template, monke
     [start, run] = review.job_cost_lines(template.to_json(), 2 * 4.6016)
     assert start.startswith("deploy to first step: ~4 min after the stack is up")
     assert run.startswith("per run: ~$3.74 of GPU nodes ($9.20/h for ~24 min: start ~4 + training ~10 + TTL 5 + scale-down 5)")
+
+
+def test_the_reviews_training_plan_runs_on_the_deployments_nodes(template):
+    """8 workers (training.workers) on g6.12xlarge (4 L4 each) are 2 nodes, the gpu_node_count of cdk.json: the
+    plan's line names them and prices 2 nodes, not one per worker."""
+    import tools.review as review
+
+    line, _ = review.training_estimate(template.to_json())
+    assert line.startswith("training: 2 x g6.12xlarge, ")
+    p5 = review.training_estimate(template_for(**VARIANTS["p5-reservation"]).to_json())[0]
+    assert p5.startswith("training: 2 x p5.48xlarge, ")  # 16 workers, 8 H100 per node

@@ -657,3 +657,50 @@ def test_the_progress_lines_tell_the_scale_up_then_the_nodes_once(monkeypatch):
     name = ready["metadata"]["name"]
     assert report() == [f"all 2 GPU node(s) ready: {name} (4 GPU, 1 EFA), {name} (4 GPU, 1 EFA)"]
     assert report() == []
+
+
+# ------------------------------------------------------------------ what Kubernetes and EKS really report
+
+
+def test_a_gpu_the_kubelet_stopped_offering_is_missing_though_the_node_still_has_it():
+    """The kubelet's device manager counts every registered device in capacity and only the healthy ones in
+    allocatable (pkg/kubelet/cm/devicemanager GetCapacity; test/e2e_node/device_plugin_failures_test.go):
+    after an XID error the node has 4 GPUs and offers 3, so a 4-GPU worker pod cannot be placed."""
+    import copy
+
+    node = copy.deepcopy(load("node-ready.json"))
+    node["status"]["capacity"]["nvidia.com/gpu"] = "4"
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "3"
+    report = cs.node_report(node, 4, 1, plugin_pods_on_node=["nvidia-device-plugin-x2k9d"])
+    assert (report.gpus, report.ok) == (3, False)
+    assert report.missing == ["nvidia.com/gpu 3 of 4 allocatable: its plugin pod runs but has not registered them yet"]
+
+
+class _WatchSession:
+    def client(self, service, **_):
+        import types
+
+        return types.SimpleNamespace(describe_cluster=lambda name: {"cluster": {
+            "endpoint": "https://example.eks.amazonaws.com", "certificateAuthority": {"data": "Y2E="}}})
+
+
+def test_the_watcher_signs_a_new_eks_token_before_the_old_one_expires(monkeypatch):
+    """EKS accepts a token for 15 minutes (aws-iam-authenticator; `aws eks get-token` says the same). A
+    watch follows a job for hours: over 3 hours, polled every 30 s, no token may be used 15 minutes after
+    it was signed, and tokens are not re-signed on every poll either."""
+    from tools import watch
+
+    now = {"t": 1000.0}
+    signed_at = []
+    monkeypatch.setattr(watch.time, "monotonic", lambda: now["t"])
+    monkeypatch.setattr(watch, "eks_token", lambda session, name, region: signed_at.append(now["t"]) or f"token-{now['t']}")
+    api = watch.kubernetes_api(_WatchSession(), "my-cluster", "us-east-2")
+    configuration = api.configuration
+    used = []
+    for poll in range(3 * 3600 // 30):
+        now["t"] = 1000.0 + 30 * poll
+        configuration.refresh_api_key_hook(configuration)
+        used.append((now["t"], float(configuration.api_key["authorization"].removeprefix("token-"))))
+    assert max(t - signed for t, signed in used) < 15 * 60
+    assert 3 * 3600 / (15 * 60) <= len(signed_at) <= 3 * 3600 / (5 * 60)
+    assert configuration.api_key_prefix["authorization"] == "Bearer"

@@ -202,3 +202,13 @@ def test_messages_read_from_parquet_are_arrays(tokenizer):
     chat = np.array(CHAT[1:3], dtype=object)
     [(ids, learned, is_chat)] = tokenize_records([{"messages": chat}], tokenizer, DataFormat())
     assert is_chat and learned_text(tokenizer, ids, learned).startswith("NCCL reduces gradients across nodes.")
+
+
+def test_a_synthetic_stream_resumed_at_a_position_starts_at_that_micro_step():
+    """Micro-step m of rank r holds global sequences m*W*B + r*B ...: with 2 workers of 2 sequences each,
+    rank 1 resumed at position 3 starts with sequences 3*2*2 + 1*2 = 14 and 15."""
+    from training.data import synthetic_batches, synthetic_block
+
+    first = next(synthetic_batches("pattern", 5, 97, 8, 2, rank=1, world_size=2, position=3))
+    expected = torch.stack([synthetic_block("pattern", 5, 14, 97, 9), synthetic_block("pattern", 5, 15, 97, 9)])
+    assert torch.equal(first["input_ids"], expected[:, :-1]) and torch.equal(first["labels"], expected[:, 1:])

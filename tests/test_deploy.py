@@ -77,3 +77,48 @@ def test_an_unreachable_check_service_stops_the_deploy():
 
     with pytest.raises(OSError, match=r"cannot learn your egress address from https://checkip.amazonaws.com \(timed out\)"):
         endpoint_context(settings_from_files(ROOT / "cdk.json"), unreachable)
+
+
+# ------------------------------------------------------------------ the whole of `make deploy`
+
+
+class _Session:
+    """boto3.Session for main(): an SSO identity, and IAM's answer for its role."""
+
+    def client(self, service, **_):
+        import types
+
+        return types.SimpleNamespace(get_caller_identity=lambda: {"Arn": SESSION},
+                                     get_role=lambda RoleName: {"Role": {"Arn": FULL_ROLE}})
+
+
+def _deploy(monkeypatch, preflight_rc: int, diff: bool = False) -> tuple[int, list[str]]:
+    import types
+
+    import boto3
+
+    from tools import deploy, preflight, watch
+
+    calls = []
+    monkeypatch.setattr(preflight, "main", lambda argv: calls.append("preflight") or preflight_rc)
+    monkeypatch.setattr(watch, "main", lambda argv: calls.append("watch") or 0)
+    monkeypatch.setattr(boto3, "Session", _Session)
+    monkeypatch.setattr(deploy, "egress_ip_from_checkip", lambda: "52.94.76.10\n")  # a public address
+    monkeypatch.setattr(deploy.subprocess, "run", lambda command, **_: calls.append(" ".join(command[:2]))
+                        or types.SimpleNamespace(returncode=0))
+    rc = deploy.main(["--cdk", "cdk", "--cdk-json", str(ROOT / "cdk.json")] + (["--diff"] if diff else []))
+    return rc, calls
+
+
+def test_make_deploy_runs_preflight_first_and_stops_when_it_fails(monkeypatch):
+    assert _deploy(monkeypatch, preflight_rc=1) == (1, ["preflight"])  # nothing deployed, nothing billed
+    assert _deploy(monkeypatch, preflight_rc=0) == (0, ["preflight", "cdk deploy", "watch"])
+
+
+def test_make_diff_deploys_nothing_and_needs_no_preflight(monkeypatch):
+    assert _deploy(monkeypatch, preflight_rc=1, diff=True) == (0, ["cdk diff"])
+
+
+def test_the_makefiles_deploy_target_is_the_tool_that_runs_preflight():
+    recipe = (ROOT / "Makefile").read_text().split("\ndeploy:", 1)[1].split("\n\n", 1)[0]
+    assert "$(PY) -m tools.deploy --cdk $(CDK) $(CDK_ARGS)" in recipe and "--diff" not in recipe

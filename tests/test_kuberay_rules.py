@@ -372,3 +372,20 @@ def test_construct_refuses_a_manifest_kuberay_would_refuse(monkeypatch):
     monkeypatch.setattr(ray_manifests, "ray_job_manifest", with_selector)
     with pytest.raises(ValueError, match=r"backoffLimit 1 is incompatible with clusterSelector mode .*ValidateRayJobSpec"):
         synth_stack()
+
+
+# k8s.io/apimachinery/pkg/util/version (what validation.go's version.ParseGeneric(...).LessThan uses) compares
+# component by component, a missing one counting as 0 (compareInternal: the longer version is bigger only if its
+# extra components are not all zeros): "2.56" is 2.56.0, "2.100" is newer than "2.56.0".
+@pytest.mark.parametrize("ray_version,token_ok,priority_ok", [
+    ("2.52", True, False), ("2.52.0", True, False), ("2.51.9", False, False),
+    ("2.56", True, True), ("2.56.0.0", True, True), ("2.100", True, True), ("v2.56.1", True, True),
+])
+def test_ray_versions_compare_as_kubernetes_versions_do(ray_version, token_ok, priority_ok):
+    container = {"template": {"spec": {"containers": [{"name": "ray-head", "image": "ray"}]}}}
+    spec = {"rayVersion": ray_version, "authOptions": {"mode": "token"}, "enableInTreeAutoscaling": True,
+            "autoscalerOptions": {"version": "v2"}, "headGroupSpec": container,
+            "workerGroupSpecs": [{"groupName": "gpu", "priority": 1, "minReplicas": 0, "maxReplicas": 2, **container}]}
+    rules = {rule for rule, _ in kr.ray_cluster_spec(spec, {}, kr.FEATURE_GATE_DEFAULTS)}
+    assert ("ValidateRayClusterSpec" not in rules) is token_ok
+    assert ("validateWorkerGroupPriority" not in rules) is priority_ok

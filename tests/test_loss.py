@@ -129,3 +129,17 @@ def test_gradient_of_the_logits_is_scaled_softmax_minus_onehot_and_zero_where_ig
     expected[1] = 0
     torch.testing.assert_close(grad, expected)
     torch.testing.assert_close(loss, F.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX))
+
+
+@pytest.mark.parametrize("upstream", [3.0, -0.5])
+def test_backward_applies_an_upstream_gradient_other_than_one(upstream):
+    """A caller that scales the loss (a sum over micro-batches weighted by 3, a sign flip) gets gradients
+    scaled the same: d(upstream * loss)/d(hidden, weight), against float64 autograd of upstream * loss."""
+    hidden, weight, labels = problem(seed=4, tokens=48, hidden_size=16, vocab=40, masked=0.25)
+    (upstream * linear_cross_entropy(hidden, weight, labels, chunk_tokens=16,
+                                     scale=1 / int((labels != IGNORE_INDEX).sum()))).backward()
+    h = hidden.detach().double().requires_grad_()
+    w = weight.detach().double().requires_grad_()
+    (upstream * F.cross_entropy(h @ w.T, labels, ignore_index=IGNORE_INDEX)).backward()
+    assert relative_error(hidden.grad, h.grad) < 1e-5
+    assert relative_error(weight.grad, w.grad) < 1e-5

@@ -235,3 +235,15 @@ def test_flops_use_the_configs_head_dim_and_leave_an_untied_embedding_out():
             self.lm_head = torch.nn.Linear(64, 100, bias=False)
 
     assert model_flops_per_token(Model(), 512) == 6 * 6400 + 12 * 2 * 4 * 32 * 512
+
+
+def test_each_logged_interval_is_measured_from_the_previous_log(monkeypatch):
+    """Logs at steps 10 (t = 10 s) and 20 (t = 15 s): the second interval is 5 s over 10 steps, 0.5 s per step,
+    so 1000 tokens per step make 2000 tok/s; not 15 s / 20 steps since the start (1333 tok/s)."""
+    clock = iter([0.0, 10.0, 15.0])
+    monkeypatch.setattr("training.metrics.time.perf_counter", lambda: next(clock))
+    t = Throughput(tokens_per_step_per_gpu=1000, flops_per_tok=1e9, peak_tflops=None)
+    assert t.stats(step=10, steps=40, loss=1.0, lr=1e-4, grad_norm=1.0, peak_mem=0.0).step_time_s == pytest.approx(1.0)
+    second = t.stats(step=20, steps=40, loss=1.0, lr=1e-4, grad_norm=1.0, peak_mem=0.0)
+    assert second.step_time_s == pytest.approx(0.5) and second.tokens_per_s_per_gpu == pytest.approx(2000.0)
+    assert second.eta_s == pytest.approx(10.0)  # 20 steps left at 0.5 s

@@ -63,7 +63,12 @@ def test_training_namespace_denies_ingress_by_default(template):
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": []}
 
 
-POLICIES = np.training_network_policies("training", "kuberay-system")
+def policies() -> list[dict]:
+    """Built when a test runs, not at import (under `make mutation` a mutant is switched on only then)."""
+    return np.training_network_policies("training", "kuberay-system")
+
+
+POLICIES = policies()
 HEAD = np.Pod("training", {"ray.io/is-ray-node": "yes", "ray.io/node-type": "head", "ray.io/cluster": "fsdp-1"})
 WORKER = np.Pod("training", {"ray.io/is-ray-node": "yes", "ray.io/node-type": "worker", "ray.io/cluster": "fsdp-1"})
 OPERATOR = np.Pod("kuberay-system", {"app.kubernetes.io/name": "kuberay-operator"})
@@ -91,7 +96,7 @@ REACH = [
 
 @pytest.mark.parametrize("source,target,port,allowed", REACH)
 def test_who_reaches_the_ray_pods(source, target, port, allowed):
-    assert np.ingress_allowed(POLICIES, source, target, port) is allowed
+    assert np.ingress_allowed(policies(), source, target, port) is allowed
 
 
 def test_the_synthesized_policies_are_the_ones_judged(template):
@@ -103,7 +108,7 @@ def test_the_synthesized_policies_are_the_ones_judged(template):
 
 def test_without_the_operator_rule_the_operator_is_cut_off():
     """The evaluator can say no: drop the head rule and KubeRay could no longer follow its jobs."""
-    without = [p for p in POLICIES if p["metadata"]["name"] != "ray-head-job-api"]
+    without = [p for p in policies() if p["metadata"]["name"] != "ray-head-job-api"]
     assert not np.ingress_allowed(without, OPERATOR, HEAD, 8265)
     assert np.ingress_allowed([], OPERATOR, HEAD, 8265)  # no policy at all: everything is open
 
@@ -275,3 +280,109 @@ def test_every_log_group_is_encrypted_with_the_logs_key(template):
     keys = {json.dumps(g["Properties"]["KmsKeyId"]) for g in groups}
     # control plane, flow logs, 3 Lambdas, 4 Container Insights groups (tests/test_observability.py)
     assert len(groups) == 9 and len(keys) == 1 and "LogsKey" in keys.pop()
+
+
+# ------------------------------------------------------------------ what the consumers of these rules really do
+
+
+class LabelledNamespacePod(np.Pod):
+    """A pod whose namespace carries the labels the API server really sets, written out here (not np's constant):
+    every namespace gets kubernetes.io/metadata.name = its name (Kubernetes 1.22+, "Well-Known Labels, Annotations
+    and Taints": https://kubernetes.io/docs/reference/labels-annotations-taints/#kubernetes-io-metadata-name)."""
+
+    def namespace_labels(self) -> dict:
+        return {"kubernetes.io/metadata.name": self.namespace}
+
+
+def test_the_operator_is_let_in_by_the_label_kubernetes_puts_on_its_namespace():
+    operator = LabelledNamespacePod("kuberay-system", {"app.kubernetes.io/name": "kuberay-operator"})
+    elsewhere = LabelledNamespacePod("default", {"app.kubernetes.io/name": "kuberay-operator"})
+    assert np.ingress_allowed(policies(), operator, HEAD, 8265)
+    assert not np.ingress_allowed(policies(), elsewhere, HEAD, 8265)
+    [rule] = manifest_of_policies("ray-head-job-api")["spec"]["ingress"]
+    assert rule["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}}
+
+
+def manifest_of_policies(name: str) -> dict:
+    return next(p for p in policies() if p["metadata"]["name"] == name)
+
+
+def _ray_role_actions(template, objects: bool) -> set[str]:
+    """The S3 actions the `ray` account's role has on the bucket's objects (objects=True) or on the bucket."""
+    roles = [k for k, r in resources_of(template, "AWS::IAM::Role").items()
+             if '"ray"' in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    [role] = roles
+    actions = set()
+    for policy in resources_of(template, "AWS::IAM::Policy").values():
+        if {"Ref": role} in policy["Properties"]["Roles"]:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if ("/*" in json.dumps(statement["Resource"])) is objects:
+                    actions |= set(statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]])
+    return actions
+
+
+def test_the_ray_role_may_delete_the_checkpoints_ray_train_retires(template):
+    """The trainer keeps 2 checkpoints (train.py: CheckpointConfig(num_to_keep=2)). Ray Train 2.58 deletes
+    older ones itself (ray/train/v2/_internal/execution/checkpoint/checkpoint_manager.py: delete_fs_path,
+    storage.py: fs.delete_dir), i.e. S3 DeleteObject(s) through pyarrow; it only logs a refusal, so without
+    the permission every checkpoint would stay in the bucket, billed, unnoticed. Writing needs PutObject and
+    the multipart calls of large shards; resuming needs GetObject."""
+    assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= _ray_role_actions(template, True)
+    from training import train
+
+    assert "CheckpointConfig(num_to_keep=2)" in __import__("inspect").getsource(train.fit)
+
+
+def test_the_ray_role_may_list_the_run_folder(template):
+    """Resuming lists the run's checkpoint folders (storage.complete_checkpoints, Ray Train's own state): pyarrow's
+    FileSelector is S3 ListObjectsV2, which IAM authorises as s3:ListBucket on the bucket (Amazon S3 API
+    Reference, ListObjectsV2, "Permissions"); without it S3 also answers 403 instead of 404 for a missing key."""
+    assert "s3:ListBucket" in _ray_role_actions(template, False)
+
+
+def test_the_policies_in_full():
+    """What `kubectl get networkpolicy -n training -o yaml` should show, written out."""
+    ray_node, head = {"ray.io/is-ray-node": "yes"}, {"ray.io/node-type": "head"}
+    meta = lambda name: {"name": name, "namespace": "training"}  # noqa: E731
+    assert policies() == [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("default-deny-ingress"),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": []}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("ray-nodes-from-each-other"),
+         "spec": {"podSelector": {"matchLabels": ray_node}, "policyTypes": ["Ingress"],
+                  "ingress": [{"from": [{"podSelector": {"matchLabels": ray_node}}]}]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("ray-head-job-api"),
+         "spec": {"podSelector": {"matchLabels": head}, "policyTypes": ["Ingress"], "ingress": [{
+             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}},
+                       "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberay-operator"}}},
+                      {"podSelector": {"matchLabels": {"ray.io/originated-from-crd": "RayJob"}}}],
+             "ports": [{"protocol": "TCP", "port": 8265}]}]}},
+    ]
+
+
+def test_the_evaluator_fills_in_what_the_api_server_defaults():
+    """Kubernetes API reference, NetworkPolicySpec.policyTypes: unset, every policy affects ingress;
+    NetworkPolicyPort.protocol: unset, TCP. An ipBlock peer is for traffic from outside the cluster: pods are
+    judged by pod and namespace selectors (the NetworkPolicy concept page: ipBlock "cluster-external IPs")."""
+    bare = {"metadata": {"name": "p", "namespace": "training"},
+            "spec": {"podSelector": {"matchLabels": {"ray.io/node-type": "head"}},
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {"ray.io/is-ray-node": "yes"}}}],
+                                  "ports": [{"port": 6379}]}]}}
+    assert np.ingress_allowed([bare], WORKER, HEAD, 6379)
+    assert not np.ingress_allowed([bare], WORKER, HEAD, 6379, protocol="UDP")
+    assert not np.ingress_allowed([bare], STRANGER_HERE, HEAD, 6379)  # selected, so isolated
+    by_address = {"metadata": {"name": "q", "namespace": "training"},
+                  "spec": {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}}
+    assert not np.ingress_allowed([by_address], WORKER, HEAD, 6379)
+    with pytest.raises(ValueError, match=r"^selector \{'matchExpressions': \[\]\} uses more than matchLabels$"):
+        np.ingress_allowed([dict(bare, spec=dict(bare["spec"], podSelector={"matchExpressions": []}))], WORKER, HEAD, 6379)
+
+
+def test_an_egress_only_policy_or_another_protocol_lets_nothing_in():
+    """An Egress-only policy does not isolate the pod for ingress; a UDP port admits no TCP."""
+    egress = {"metadata": {"name": "e", "namespace": "training"},
+              "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": []}}
+    assert np.ingress_allowed([egress], STRANGER_ELSEWHERE, HEAD, 8265)
+    udp = {"metadata": {"name": "u", "namespace": "training"},
+           "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"ports": [{"protocol": "UDP", "port": 8265}]}]}}
+    assert not np.ingress_allowed([udp], WORKER, HEAD, 8265)
+    assert np.ingress_allowed([udp], WORKER, HEAD, 8265, protocol="UDP")

@@ -485,3 +485,19 @@ def test_a_list_setting_given_as_json_text():
 def test_keys_cdk_itself_keeps_in_the_context_are_left_alone_and_the_rest_still_read(key):
     s = settings_from_context({key: "x"} | base_context() | {"gpu_node_count": 4})
     assert s.gpu_node_count == 4
+
+
+@pytest.mark.parametrize("version,accepted", [
+    ("2.6.0", False),    # Ray 2.6 is older than 2.52 (6 < 52), though the text "2.6.0" sorts after "2.52.0"
+    ("2.9.3", False),
+    ("2.100.0", True),   # newer (100 > 52), though "2.100.0" sorts before "2.52.0"
+    ("3.0.0", True),
+    ("10.0.0", True),    # "10..." sorts before "2..."
+])
+def test_ray_versions_are_compared_as_numbers(version, accepted):
+    overrides = {"training.ray_version": version}
+    if accepted:
+        assert settings_from_context(base_context() | overrides).training.ray_version == version
+    else:
+        with pytest.raises(SettingsError, match=rf"^training.ray_version: '{version}' must be the image's Ray version"):
+            settings_from_context(base_context() | overrides)

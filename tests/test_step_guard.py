@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
-from training.step import NonFiniteStep, make_optimizer, train_step
+from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
 
 
 def _run(rank: int, store: str, out: str, poison: bool) -> None:
@@ -53,3 +53,155 @@ def test_a_finite_step_updates_every_weight(tmp_path):
     result = run(tmp_path, poison=False)
     assert "error" not in result and result["norm"] > 0
     assert len(result["changed"]) >= 10 and result["optimizer_state"] > 0
+
+
+# ------------------------------------------------------------------ the guard and evaluation, in one process
+# A stand-in for the FSDP model (train_step and evaluate need only its forward and the two FSDP switches),
+# so each case states its own loss and gradient exactly.
+
+
+class _Probe(torch.nn.Module):
+    """forward returns scale x (w . x summed over the batch) + `offset`; its gradient is scale x sum(x),
+    unless `grad` overrides what backward hands to w."""
+
+    def __init__(self, offset: float = 0.0, grad: float | None = None) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([1.0, 2.0]))
+        self.offset, self.grad = offset, grad
+
+    def set_requires_gradient_sync(self, on: bool) -> None:  # FSDP2's switches: nothing to do on one process
+        pass
+
+    def set_reshard_after_backward(self, on: bool) -> None:
+        pass
+
+    def forward(self, input_ids, labels, scale=1.0):
+        value = (self.w * input_ids.float().sum(0)).sum()
+        if self.grad is not None:  # the same value, with a chosen gradient
+            value = _WithGradient.apply(value, self.w, self.grad)
+        return value * scale + self.offset
+
+
+class _WithGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, value, weight, grad):
+        ctx.shape, ctx.grad = weight.shape, grad
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, upstream):
+        return None, torch.full(ctx.shape, ctx.grad), None
+
+
+def _batches():
+    while True:  # 2 valid targets per micro-batch
+        yield {"input_ids": torch.tensor([[1, 1]]), "labels": torch.tensor([[5, 6]])}
+
+
+def _step(model, grad_accum: int = 1, grad_clip: float = 0.0, **kwargs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # train_step sets the step's own rate, 0.5
+    return train_step(model, optimizer, _batches(), grad_accum=grad_accum, grad_clip=grad_clip, lr=0.5,
+                      device=torch.device("cpu"), **kwargs)
+
+
+def test_an_infinite_loss_with_a_finite_gradient_stops_the_step():
+    """The loss alone is not finite (the gradient is [0.5, 0.5]): still no update."""
+    model = _Probe(offset=float("inf"))
+    with pytest.raises(NonFiniteStep, match=r"^loss inf / gradient norm 0\.707106\d* is not finite$"):
+        _step(model)
+    assert model.w.tolist() == [1.0, 2.0] and model.w.grad is None
+
+
+def test_a_nan_gradient_with_a_finite_loss_stops_the_step():
+    model = _Probe(grad=float("nan"))
+    with pytest.raises(NonFiniteStep, match=r"^loss 1\.5 / gradient norm nan is not finite$"):
+        _step(model)
+    assert model.w.tolist() == [1.0, 2.0] and model.w.grad is None
+
+
+def test_the_probe_steps_when_everything_is_finite():
+    """The control. Loss: (1*1 + 2*1) / 2 valid targets = 1.5; gradient: [1, 1] / 2 = [0.5, 0.5];
+    SGD at lr 0.5 moves w by -0.25 each: [0.75, 1.75]; the gradient norm is sqrt(0.5^2 * 2) = 0.7071."""
+    model = _Probe()
+    loss, norm = _step(model)
+    assert float(loss) == pytest.approx(1.5) and float(norm) == pytest.approx(0.5 ** 0.5)
+    assert model.w.tolist() == pytest.approx([0.75, 1.75])
+    assert model.w.grad is None  # the gradient's memory is given back after the update
+
+
+class _Recording(_Probe):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sync, self.reshard = [], []
+
+    def set_requires_gradient_sync(self, on: bool) -> None:
+        self.sync.append(on)
+
+    def set_reshard_after_backward(self, on: bool) -> None:
+        self.reshard.append(on)
+
+
+def test_gradients_are_reduced_once_after_the_last_micro_batch():
+    """3 micro-batches: FSDP's sync (and, kept gathered, the reshard) is off, off, on."""
+    model = _Recording()
+    _step(model, grad_accum=3)
+    assert model.sync == [False, False, True] and model.reshard == []
+    model = _Recording()
+    _step(model, grad_accum=3, keep_weights_gathered=True)
+    assert model.sync == [False, False, True] and model.reshard == [False, False, True]
+
+
+def test_a_step_of_two_micro_batches_is_their_mean_over_all_four_targets():
+    """Each micro-batch: w.x = 3 over 2 targets; the step has 4 targets, so each contributes 3/4 and the loss is
+    1.5 (not 0.75, the last micro-batch alone); the gradient [2, 2] / 4 = [0.5, 0.5] moves w by 0.25 at lr 0.5."""
+    model = _Probe()
+    loss, norm = _step(model, grad_accum=2)
+    assert float(loss) == pytest.approx(1.5) and float(norm) == pytest.approx(0.5 ** 0.5)
+    assert model.w.tolist() == pytest.approx([0.75, 1.75])
+
+
+def test_the_gradient_is_clipped_to_grad_clip_and_the_norm_reported_before_clipping():
+    """Norm 0.7071 clipped to 0.25: the gradient becomes [0.17678, 0.17678] and lr 0.5 moves w by 0.08839."""
+    model = _Probe()
+    _, norm = _step(model, grad_clip=0.25)
+    assert float(norm) == pytest.approx(0.5 ** 0.5)
+    assert model.w.tolist() == pytest.approx([1 - 0.25 / 2 ** 0.5 / 2, 2 - 0.25 / 2 ** 0.5 / 2], rel=1e-5)
+
+
+def test_a_step_with_a_single_target_divides_by_one():
+    """One valid target (the other is ignored): the loss is w.x itself, 3.0."""
+    from training.step import step_loss_scale
+
+    batch = {"input_ids": torch.tensor([[1, 1]]), "labels": torch.tensor([[5, -100]])}
+    assert float(step_loss_scale([batch], torch.device("cpu"))) == 1.0
+    assert float(step_loss_scale([dict(batch, labels=torch.tensor([[-100, -100]]))], torch.device("cpu"))) == 1.0
+
+
+class _SummedLabels(torch.nn.Module):
+    """A 'loss' that is the sum of the valid target ids: evaluation's arithmetic, checkable by hand."""
+
+    def forward(self, input_ids, labels, position_ids=None, scale=1.0):
+        return torch.where(labels != -100, labels, 0).sum().float()
+
+
+def test_validation_loss_is_the_mean_over_valid_targets_only():
+    """Two batches: targets 1, 2, 3 (one ignored) and 10 (three ignored): (1+2+3+10) / 4 targets = 4.0.
+    Dividing by every label (8) would give 2.0."""
+    batches = [{"input_ids": torch.zeros(1, 4, dtype=torch.long), "labels": torch.tensor([[1, 2, 3, -100]])},
+               {"input_ids": torch.zeros(1, 4, dtype=torch.long), "labels": torch.tensor([[-100, -100, -100, 10]])}]
+    assert evaluate(_SummedLabels(), batches, torch.device("cpu")) == (4.0, 4)
+
+
+def test_the_optimizer_decays_matrices_only_and_leaves_frozen_weights_out():
+    """AdamW (betas 0.9/0.95, eps 1e-8) at the given rate; weight decay on 2-D weights only (not biases or
+    norms); a frozen weight (LoRA's base) gets no optimizer state at all."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    model[2].weight.requires_grad_(False)
+    optimizer = make_optimizer(model, 3e-4, 0.1, torch.device("cpu"))
+    assert isinstance(optimizer, torch.optim.AdamW)
+    decay, no_decay = optimizer.param_groups
+    assert [p.shape for p in decay["params"]] == [torch.Size([4, 3])] and decay["weight_decay"] == 0.1
+    assert [p.shape for p in no_decay["params"]] == [torch.Size([4]), torch.Size([4]), torch.Size([4]), torch.Size([2])]
+    assert no_decay["weight_decay"] == 0.0
+    for group in (decay, no_decay):
+        assert (group["lr"], group["betas"], group["eps"], group["fused"]) == (3e-4, (0.9, 0.95), 1e-8, False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,3 +143,56 @@ def test_metrics_file_is_current_before_the_run_ends(tmp_path):
     writer.add({"step": 3, "loss": 2.0, "val_loss": 2.2})
     writer.close()
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1]) == {"step": 3, "loss": 2.0, "val_loss": 2.2}
+
+
+def test_a_download_cut_short_is_done_again_not_reused(tmp_path, monkeypatch):
+    """A pod killed (or a network error) mid-download leaves the cache folder without its completion marker:
+    the next process must fetch the model again, not load half a model."""
+    import training.storage as storage
+
+    calls = []
+
+    def download(uri, target):
+        calls.append(uri)
+        (target / "config.json").write_text("{}")
+        if len(calls) == 1:
+            raise ConnectionError("connection reset while fetching model.safetensors")
+        (target / "model.safetensors").write_text("weights")
+        return 2
+
+    monkeypatch.setattr(storage, "download_prefix", download)
+    cache = str(tmp_path / "cache")
+    with pytest.raises(ConnectionError):
+        local_model_path("s3://models/qwen", cache)
+    path = local_model_path("s3://models/qwen", cache)
+    assert calls == ["s3://models/qwen"] * 2
+    assert sorted(p.name for p in Path(path).iterdir()) == [".download-complete", "config.json", "model.safetensors"]
+    assert local_model_path("s3://models/qwen", cache) == path and len(calls) == 2  # complete now: reused
+
+
+def test_a_resumed_run_keeps_the_records_up_to_its_checkpoint_step():
+    """A checkpoint at step 2 holds steps 1 and 2; the run resumes at step 3, so the metrics it inherits are
+    steps 1 and 2, and the step-3 record of the attempt that died is dropped (it will be written again)."""
+    from training.records import read_metrics
+
+    text = "".join(json.dumps({"step": s, "loss": 4.0 - s}) + "\n" for s in (1, 2, 3))
+    assert [r["step"] for r in read_metrics(text, up_to_step=2)] == [1, 2]
+    assert [r["step"] for r in read_metrics(text)] == [1, 2, 3]
+
+
+def test_a_log_line_is_a_record_only_if_it_is_an_object_with_a_step():
+    from training.records import RECORD_PREFIX, parse_record
+
+    assert parse_record('12:00:01 worker 0: ' + RECORD_PREFIX + '{"step":7,"loss":2.5}') == {"step": 7, "loss": 2.5}
+    assert parse_record(RECORD_PREFIX + '[7, 2.5]') is None
+    assert parse_record(RECORD_PREFIX + '{"loss":2.5}') is None
+    assert parse_record(RECORD_PREFIX + '{"step":7,"lo') is None  # cut short
+    assert parse_record('step 7 loss 2.5') is None
+
+
+def test_the_metrics_file_is_compact_json_lines(tmp_path):
+    from training.records import RecordWriter
+
+    writer = RecordWriter(str(tmp_path), [{"step": 1, "loss": 3.0}], interval_s=60)
+    writer.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step":1,"loss":3.0}\n'

@@ -17,6 +17,8 @@ from tests.conftest import DATA
 from training.tiny_model import save_tiny_model
 
 STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
+# Two micro-batches per step: a resume must skip grad_accum micro-batches per step done, not one per step.
+SHAPE = {"micro_batch": 2, "grad_accum": 2}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,7 +42,7 @@ def losses(summary: dict) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return fit(config(tmp_path_factory.mktemp("runs"), "straight"))
+    return fit(config(tmp_path_factory.mktemp("runs"), "straight", **SHAPE))
 
 
 def test_loss_falls_on_learnable_task(uninterrupted):
@@ -64,14 +66,15 @@ def resumed(tmp_path_factory):
 
     storage = tmp_path_factory.mktemp("resumed")
     with pytest.raises(Exception) as stopped:
-        fit(config(storage, "resumed", inject_nan_at_step=FAIL_AT, max_failures=0))
+        fit(config(storage, "resumed", inject_nan_at_step=FAIL_AT, max_failures=0, **SHAPE))
     run = storage / "resumed"
     after_the_stop = {
         "error": str(stopped.value),
         "newest_checkpoint_step": json.loads((Path(latest_checkpoint(str(run)).path) / "train_state.json").read_text())["step"],
         "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
     }
-    rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False))
+    rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False,
+                       **SHAPE))
     return run, rerun, after_the_stop
 
 

@@ -357,3 +357,9 @@ def test_a_shape_that_fits_no_gpu_of_the_instance_type_is_refused_before_the_run
                        r"88.0 GiB/GPU on 2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation"):
         parse_args(p5)
     assert parse_args(p5 + ["--micro-batch", "4", "--grad-accum", "2"]).micro_batch == 4  # what it offered fits
+
+
+def test_tokens_per_step_count_every_micro_batch_of_the_step():
+    """A worker's step is grad_accum micro-batches of micro_batch sequences of seq_len tokens:
+    4 x 2048 x 8 = 65,536 tokens (what tok/s/GPU and MFU divide by the step time)."""
+    assert TrainConfig(micro_batch=4, seq_len=2048, grad_accum=8).tokens_per_step_per_worker == 65_536

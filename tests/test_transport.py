@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.transport import RankReport, decide, judge_files, main, parse_log, rank_report
+from training.transport import Communicator, RankReport, decide, judge, judge_files, main, parse_log, rank_report
 from tests.conftest import DATA
 
 NVLINK = DATA / "nccl" / "one-node-2gpu-nvlink.rank0.log"
@@ -289,3 +289,14 @@ def test_a_multi_node_communicator_that_names_no_transport_is_unknown(tmp_path):
     log = write(tmp_path, f"{prefix}comm 0x4 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n")
     verdict = judge_files([log], require_efa=True)
     assert (verdict.ok, verdict.line) == (False, "inter-node traffic NOT on EFA: unknown in 1 of 1 multi-node communicators")
+
+
+def test_a_single_rank_communicator_does_not_excuse_the_others():
+    """HSDP on one GPU per node makes 1-rank shard groups beside the 2-node replicate group: NCCL logs both.
+    Only a run whose every communicator has one rank moves nothing; here 16 ranks cross 2 nodes on sockets."""
+    lonely = Communicator("0x1", 1, 1)
+    spanning = Communicator("0x2", 16, 2, network="Socket")
+    verdict = judge([lonely, spanning], require_efa=True)
+    assert not verdict.ok
+    assert verdict.line == "inter-node traffic NOT on EFA: socket in 1 of 1 multi-node communicators"
+    assert judge([lonely, Communicator("0x3", 1, 1)], require_efa=True).line == "one rank: no NCCL traffic"
