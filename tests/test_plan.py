@@ -193,7 +193,6 @@ def test_weights_kept_gathered_are_gathered_in_the_first_forward_only():
     assert kept.step_s > gathers + kept.compute_s * (1 - 0.25 / 8 - 0.75 / 8)
 
 
-<<<<<<< HEAD
 # ------------------------------------------------------------------ the model against every H200 measurement
 
 H200 = GPUS["H200"]
@@ -370,7 +369,8 @@ def test_plan_cli_offers_a_faster_shape_at_the_same_batch_and_lora_when_nothing_
     out = capsys.readouterr().out
     assert "auto (fp32 reduction, weights resharded): no layout fits: --instance-type: qwen2.5-14b fits in no layout" in out
     assert "\nLoRA fits (--lora-rank 16: 2 x g6.12xlarge, " in out
-=======
+
+
 def test_usable_memory_is_the_datasheet_gigabytes_less_the_runtimes_share():
     """Datasheets give GPU memory in GB (10^9 bytes): an L4 has 24 GB = 24,000,000,000 bytes; less 1.5 GiB
     (1,610,612,736 bytes) for the CUDA context, cuBLAS and NCCL, the allocator has 22,389,387,264 bytes."""
@@ -379,4 +379,3 @@ def test_usable_memory_is_the_datasheet_gigabytes_less_the_runtimes_share():
 
     assert usable_bytes(GPUS["L4"]) == 22_389_387_264
     assert usable_bytes(GPUS["H100"]) == 78_389_387_264  # 80,000,000,000 - 1,610,612,736
->>>>>>> bugs
