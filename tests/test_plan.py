@@ -3,6 +3,7 @@ against the recorded measurements, the layout decision, and the worker placement
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -95,11 +96,16 @@ def test_efficiencies_are_the_recorded_tokens_per_second_over_the_recorded_matmu
         recompute["tokens_per_s_per_gpu"], rel=0.002)
 
 
-def test_on_two_g6_nodes_hybrid_is_chosen_and_over_2_5_times_faster_than_full():
+def test_on_two_g6_nodes_hybrid_is_chosen_and_the_link_bounds_full():
+    """full sends every micro-batch's gathers across the nodes: 8 gathers of 3.09 GB of bf16 layers plus 4 of the
+    0.47 GB root and one 6.17 GB fp32 reduction, each half over the ring between 2 nodes = 25.4 GB, 8.5 s at 60%
+    of 5 GB/s; hybrid crosses the nodes once per step with the gradient all-reduce: 6.2 GB, 2.1 s."""
     chosen = plan.choose(QWEN, L4_SHAPE, G6)
     full = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("full"))
     assert chosen.layout == plan.Layout("hybrid") and chosen.fits
-    assert full.step_s / chosen.step_s > 2.5
+    assert full.inter_bytes / 1e9 == pytest.approx(25.4, abs=0.1) and full.step_s >= 25.4 / 3.0
+    assert chosen.inter_bytes / 1e9 == pytest.approx(6.2, abs=0.1)
+    assert full.step_s / chosen.step_s > 1.8
 
 
 def test_a_layout_that_does_not_fit_is_never_chosen():
@@ -119,7 +125,7 @@ def test_run_cost_is_time_times_the_clusters_price():
 
 def test_summary_line_says_what_the_deployment_will_do():
     line = plan.summary_line(QWEN, L4_SHAPE, G6, plan.choose(QWEN, L4_SHAPE, G6))
-    assert line.startswith("2 x g6.12xlarge, hybrid, micro-batch 1 x 4 accumulation, recomputation: inter-node link-bound, ~2,")
+    assert line.startswith("2 x g6.12xlarge, hybrid, micro-batch 1 x 4 accumulation, recomputation: inter-node link-bound, ~1,")
     assert "200 steps in ~" in line
 
 
@@ -288,8 +294,10 @@ def test_p5_is_predicted_on_the_measured_basis_not_the_datasheet():
     p5 = plan.cluster_of("p5.48xlarge", 2)
     e = plan.estimate(QWEN, H200_SHAPE, p5, plan.Layout("hybrid"))
     assert e.tokens_per_s_per_gpu == pytest.approx(50_397, rel=0.15) and e.tokens_per_s_per_gpu < 55_000
-    assert plan.CALIBRATION.basis(GPUS["H100"], H200_SHAPE).startswith(
-        "compute basis: H100 at 788 TFLOP/s = 989 datasheet x 0.797, the H200's measured matmul fraction (H100 not measured)")
+    flops = QWEN.flops_per_token(4096) * H200_SHAPE.tokens_per_step
+    assert plan.CALIBRATION.basis(GPUS["H100"], H200_SHAPE, flops).startswith(
+        "compute basis: H100: matmul kernels at 788 TFLOP/s = 989 datasheet x 0.797, the H200's measured matmul "
+        "fraction, memory-bound kernels at 2,651 GB/s = 3350 datasheet x 0.791, the H200's measured copy fraction")
 
 
 def test_auto_on_p5_never_picks_what_does_not_fit_and_keeps_the_batch(capsys):
@@ -379,3 +387,61 @@ def test_usable_memory_is_the_datasheet_gigabytes_less_the_runtimes_share():
 
     assert usable_bytes(GPUS["L4"]) == 22_389_387_264
     assert usable_bytes(GPUS["H100"]) == 78_389_387_264  # 80,000,000,000 - 1,610,612,736
+
+
+# ------------------------------------------------------------------ two rooflines: the H200's kernels on other GPUs
+
+KERNEL_PROFILE = json.loads((RESULTS / "2026-11-30-h200-kernel-profile.json").read_text())
+
+
+def _profiled(name: str) -> dict:
+    return next(s for s in KERNEL_PROFILE["shapes"] if s["name"].startswith(name))
+
+
+@pytest.mark.parametrize("name,key", [("l4 profile", (True, 2048)), ("l4 shape without", (False, 2048)),
+                                      ("h200 profile", (False, 32768)), ("h200 shape with", (True, 32768))])
+def test_the_kernel_calibration_is_the_profile_run(name, key):
+    """Model TFLOP/s = tokens x FLOPs per token / matmul-kernel seconds; memory = memory-kernel seconds / tokens."""
+    shape = _profiled(name)
+    tokens, seconds = shape["tokens_per_step"], shape["split"]["kernel_s"]
+    matmul_tflops, memory_us = plan.CALIBRATION.kernels[key]
+    assert matmul_tflops == pytest.approx(tokens * shape["flops_per_token"] / seconds["matmul"] / 1e12, rel=0.002)
+    assert memory_us == pytest.approx(seconds["memory"] / tokens * 1e6, rel=0.002)
+    assert plan.CALIBRATION.memory_bandwidth_gbps["H200"] == pytest.approx(KERNEL_PROFILE["copy_gbps"], rel=0.001)
+
+
+def test_an_l4_step_is_the_h200_kernels_scaled_by_matmul_peak_and_bandwidth():
+    """The l4 profile's step on the H200: 0.1502 s of matmul kernels, 0.1200 s memory-bound (8,192 tokens). An L4 at
+    121 x 788.3/989 = 96.45 TFLOP/s and 300 x 3,799/4,800 = 237.4 GB/s: 0.1502 x 788.3/96.45 = 1.228 s and
+    0.1200 x 3,799/237.4 = 1.920 s, 3.148 s of compute (26% MFU of the datasheet without the recomputed forward)."""
+    e = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid"))
+    assert e.compute_s == pytest.approx(1.228 + 1.920, rel=0.005)
+
+
+def test_a_micro_batch_between_the_profiled_sizes_spreads_its_fixed_cost_over_its_tokens():
+    """Memory-bound us per token a + b / tokens through 14.650 (2,048) and 3.840 (32,768) with recomputation:
+    b = 10.810 / (1/2,048 - 1/32,768) = 23,615, a = 3.840 - 23,615/32,768 = 3.119; at 4 x 2,048: 3.119 + 2.883 = 6.002."""
+    four = plan.Workload(seq_len=2048, micro_batch=4, grad_accum=1, activation_checkpointing=True)
+    assert plan.CALIBRATION.kernel_profile(four)[1] == pytest.approx(6.002, rel=0.001)
+    assert plan.CALIBRATION.kernel_profile(L4_SHAPE) == pytest.approx((563.0, 14.650))
+
+
+def test_a_gpu_whose_kernels_outrun_the_h200s_step_is_bounded_by_the_h200s_measured_time():
+    """The host's launches take the H200's whole measured step at 1 x 2,048 (56% of it idle in the profile): a GPU
+    ten times faster in both ceilings does not predict a step ten times shorter."""
+    fast = dataclasses.replace(GPUS["H200"], name="faster", bf16_tflops=9890.0, memory_bandwidth_gbps=48000)
+    flops = QWEN.flops_per_token(2048) * L4_SHAPE.tokens_per_step
+    measured = flops / (788.3e12 * 0.142)
+    assert plan.CALIBRATION.compute_seconds(fast, L4_SHAPE, flops) == pytest.approx(measured, rel=1e-6)
+    assert plan.CALIBRATION.basis(fast, L4_SHAPE, flops).startswith("compute basis: faster's kernels (")
+
+
+def test_a_measured_ceiling_replaces_the_datasheet_estimate():
+    """With an L4 measured at 60 TFLOP/s and 240 GB/s: 0.1502 x 788.3/60 + 0.1200 x 3,799/240 = 1.973 + 1.900 s."""
+    measured = dataclasses.replace(plan.CALIBRATION, matmul_peak_tflops={"H200": 788.3, "L4": 60.0},
+                                   memory_bandwidth_gbps={"H200": 3799.0, "L4": 240.0})
+    e = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid"), measured)
+    assert e.compute_s == pytest.approx(1.973 + 1.900, rel=0.005)
+    flops = QWEN.flops_per_token(2048) * L4_SHAPE.tokens_per_step
+    assert "matmul kernels at 60 TFLOP/s measured, memory-bound kernels at 240 GB/s measured" in measured.basis(
+        GPUS["L4"], L4_SHAPE, flops)

@@ -18,8 +18,10 @@ Layouts:
   backward: one all-gather per step instead of two per micro-batch, for the whole bf16 model in memory.
 - +bf16: gradients are reduced in bf16 instead of fp32: half the reduction bytes.
 
-Compute: model FLOPs over a measured bf16 matmul peak times the trainer's efficiency measured on the H200
-at the micro-batch's size (Calibration says how other GPUs are mapped onto it; the output states it).
+Compute: on the H200, model FLOPs over its measured bf16 matmul peak times the trainer's efficiency measured
+at the micro-batch's size; on another GPU, the H200's kernel profile at that size scaled by two rooflines
+(matmul kernels by the matmul peak, memory-bound kernels by memory bandwidth; Calibration, and the output's
+basis line, say how).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -130,20 +132,29 @@ def cluster_of(instance_type: str, nodes: int) -> Cluster:
 class Calibration:
     """Measured figures the model multiplies datasheet figures by; each names the run it came from.
 
-    Compute basis: the trainer's efficiencies are fractions of the bf16 matmul peak *measured* on the
-    reference GPU (an 8192^3 product), never of a datasheet peak, so a prediction multiplies them by a
-    measured peak too: the GPU's own where one was measured, else its datasheet peak times the
-    reference GPU's measured-over-datasheet fraction (an assumption, stated in the output).
+    Compute, two rooflines: on the reference GPU the step's compute time is the measured one (its
+    efficiencies, fractions of its *measured* bf16 matmul peak). Another GPU runs the same kernels: the
+    reference GPU's kernel profile splits a step into matmul/attention kernels, whose time scales with the
+    matmul peak, and memory-bound kernels, whose time scales with memory bandwidth. Each ceiling is the
+    GPU's measured one where there is one, else its datasheet figure times the reference GPU's
+    measured-over-datasheet fraction (an assumption, stated in the output). The reference GPU's own step
+    time stays a floor: the host's launches and everything outside the kernels take at least that long.
     """
 
     reference_gpu: str
-    """The GPU model the efficiencies were measured on."""
+    """The GPU model the efficiencies and the kernel profile were measured on."""
     matmul_peak_tflops: dict
     """Measured bf16 matmul peak, TFLOP/s, per GPU model."""
+    memory_bandwidth_gbps: dict
+    """Measured device-to-device copy bandwidth (bytes read plus bytes written), GB/s, per GPU model."""
     efficiency: dict
     """Model FLOP/s over the reference GPU's measured matmul peak, by (activation checkpointing, tokens
     per micro-batch): a small micro-batch on a large GPU is dominated by overheads (launches, the
     elementwise and memory-bound kernels) that a large one amortises."""
+    kernels: dict
+    """The reference GPU's kernel profile of one step on one GPU, by (activation checkpointing, tokens per
+    micro-batch): (model TFLOP/s over the time of the matmul and attention kernels, recomputation included;
+    microseconds of memory-bound kernels per token)."""
     link_efficiency: float
     """NCCL bus bandwidth of large collectives over the nominal link bandwidth."""
     activation_bytes: float
@@ -159,38 +170,88 @@ class Calibration:
         """The reference GPU's measured matmul peak over its datasheet peak."""
         return self.matmul_peak_tflops[self.reference_gpu] / GPUS[self.reference_gpu].bf16_tflops
 
+    @property
+    def bandwidth_fraction(self) -> float:
+        """The reference GPU's measured copy bandwidth over its datasheet bandwidth."""
+        return self.memory_bandwidth_gbps[self.reference_gpu] / GPUS[self.reference_gpu].memory_bandwidth_gbps
+
     def matmul_peak(self, gpu: GpuSpec) -> float:
-        """TFLOP/s the efficiencies apply to: measured, or the datasheet's at the reference GPU's fraction."""
+        """TFLOP/s the matmul kernels run at: measured, or the datasheet's at the reference GPU's fraction."""
         return self.matmul_peak_tflops.get(gpu.name, gpu.bf16_tflops * self.peak_fraction)
 
-    def equivalent_tokens(self, gpu: GpuSpec, work: "Workload") -> float:
-        """A micro-batch's tokens at the reference GPU's size: a GPU k times slower is assumed to saturate at
-        k times fewer tokens (its fixed costs per kernel take k times less of the work's time)."""
-        return work.seq_len * work.micro_batch * self.matmul_peak(GPUS[self.reference_gpu]) / self.matmul_peak(gpu)
+    def bandwidth(self, gpu: GpuSpec) -> float:
+        """GB/s the memory-bound kernels run at: measured, or the datasheet's at the reference GPU's fraction."""
+        return self.memory_bandwidth_gbps.get(gpu.name, gpu.memory_bandwidth_gbps * self.bandwidth_fraction)
 
-    def compute_efficiency(self, gpu: GpuSpec, work: "Workload") -> float:
-        """Efficiency at the workload's shape: the measured points of its recomputation setting, linear in
-        log2(tokens) between them, flat beyond the largest. Sizes measured only with the other setting join
-        in at the ratio of the two settings where both were measured (the largest such size)."""
+    def reference_efficiency(self, work: "Workload") -> float:
+        """The reference GPU's efficiency at the workload's shape: the measured points of its recomputation
+        setting, linear in log2(tokens per micro-batch) between them, flat beyond the ends. Sizes measured only
+        with the other setting join in at the ratio of the two settings where both were measured."""
         ac = work.activation_checkpointing
         own = {t: e for (r, t), e in self.efficiency.items() if r == ac}
         both = [t for t in own if (not ac, t) in self.efficiency]
         if both:
             ratio = own[max(both)] / self.efficiency[(not ac, max(both))]
             own = {t: e * ratio for (r, t), e in self.efficiency.items() if r != ac} | own
-        return _interpolate(own, self.equivalent_tokens(gpu, work))
+        return _interpolate(own, work.seq_len * work.micro_batch)
 
-    def basis(self, gpu: GpuSpec, work: "Workload") -> str:
+    def kernel_profile(self, work: "Workload") -> tuple[float, float]:
+        """(matmul TFLOP/s of model FLOPs, memory-bound microseconds per token) on the reference GPU at the
+        workload's shape. Per token, each is a cost per token plus a cost per micro-batch spread over its
+        tokens (casting and copying the gathered weights, adding the gradients): a + b / tokens, through the
+        two profiled sizes of its recomputation setting."""
+        own = {t: k for (r, t), k in self.kernels.items() if r == work.activation_checkpointing}
+        tokens = work.seq_len * work.micro_batch
+        seconds_per_tflop = _per_token_and_per_batch({t: 1 / k[0] for t, k in own.items()}, tokens)
+        return 1 / seconds_per_tflop, _per_token_and_per_batch({t: k[1] for t, k in own.items()}, tokens)
+
+    def kernel_seconds(self, gpu: GpuSpec, work: "Workload", flops: float) -> tuple[float, float]:
+        """Seconds of matmul kernels and of memory-bound kernels for `flops` model FLOPs of this shape on `gpu`."""
+        matmul_tflops, memory_us = self.kernel_profile(work)
+        reference = GPUS[self.reference_gpu]
+        matmul_s = flops / (matmul_tflops * 1e12) * self.matmul_peak(reference) / self.matmul_peak(gpu)
+        memory_s = work.tokens_per_step * memory_us * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
+        return matmul_s, memory_s
+
+    def compute_seconds(self, gpu: GpuSpec, work: "Workload", flops: float) -> float:
+        """The reference GPU's measured time, or the GPU's kernels scaled by its two ceilings if they take longer."""
+        measured = flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
+        return max(measured, sum(self.kernel_seconds(gpu, work, flops)))
+
+    def basis(self, gpu: GpuSpec, work: "Workload", flops: float) -> str:
         """One line: what the compute term of this GPU rests on."""
-        peak = self.matmul_peak(gpu)
-        if gpu.name in self.matmul_peak_tflops:
-            source = f"measured bf16 matmul peak {peak:.0f} TFLOP/s ({gpu.bf16_tflops:g} datasheet)"
-        else:
-            source = (f"{peak:.0f} TFLOP/s = {gpu.bf16_tflops:g} datasheet x {self.peak_fraction:.3f}, the "
-                      f"{self.reference_gpu}'s measured matmul fraction ({gpu.name} not measured)")
-        return (f"compute basis: {gpu.name} at {source}, x {self.compute_efficiency(gpu, work):.1%} efficiency "
-                f"measured on the {self.reference_gpu} at {self.equivalent_tokens(gpu, work):,.0f} tokens per micro-batch"
-                f"{' with recomputation' if work.activation_checkpointing else ''}; MFU is against the datasheet peak")
+        ref, tokens = self.reference_gpu, work.seq_len * work.micro_batch
+        shape = f"{tokens:,} tokens per micro-batch{' with recomputation' if work.activation_checkpointing else ''}"
+        measured = (f"{ref} at its measured bf16 matmul peak {self.matmul_peak(GPUS[ref]):.0f} TFLOP/s "
+                    f"({GPUS[ref].bf16_tflops:g} datasheet) x {self.reference_efficiency(work):.1%} efficiency at {shape}")
+        matmul_s, memory_s = self.kernel_seconds(gpu, work, flops)
+        if gpu.name == ref:
+            return f"compute basis: {measured}; MFU is against the datasheet peak"
+        if matmul_s + memory_s <= self.compute_seconds(GPUS[ref], work, flops):
+            return (f"compute basis: {gpu.name}'s kernels ({matmul_s:.2f} s matmul + {memory_s:.2f} s memory-bound) take "
+                    f"less than the {measured}: the {ref}'s time bounds it (host launches); MFU is against the datasheet peak")
+
+        def ceiling(value: float, measured_here: bool, datasheet: float, fraction: float, unit: str, what: str) -> str:
+            if measured_here:
+                return f"{value:,.0f} {unit} measured"
+            return f"{value:,.0f} {unit} = {datasheet:g} datasheet x {fraction:.3f}, the {ref}'s measured {what} fraction"
+
+        matmul_tflops, memory_us = self.kernel_profile(work)
+        peak = ceiling(self.matmul_peak(gpu), gpu.name in self.matmul_peak_tflops, gpu.bf16_tflops, self.peak_fraction,
+                       "TFLOP/s", "matmul")
+        bandwidth = ceiling(self.bandwidth(gpu), gpu.name in self.memory_bandwidth_gbps, gpu.memory_bandwidth_gbps,
+                            self.bandwidth_fraction, "GB/s", "copy")
+        return (f"compute basis: {gpu.name}: matmul kernels at {peak}, memory-bound kernels at {bandwidth}; the {ref}'s "
+                f"kernel profile at {shape} ({matmul_tflops:.0f} model TFLOP/s in matmul kernels, {memory_us:.2f} us of "
+                f"memory-bound kernels per token) gives {matmul_s:.2f} s + {memory_s:.2f} s per step; MFU is against the "
+                f"datasheet peak")
+
+
+def _per_token_and_per_batch(points: dict, tokens: float) -> float:
+    """A per-token cost a + b / tokens through the two profiled sizes (the smallest and the largest)."""
+    small, large = min(points), max(points)
+    b = (points[small] - points[large]) / (1 / small - 1 / large)
+    return points[large] - b / large + b / tokens
 
 
 def _interpolate(points: dict, x: float) -> float:
@@ -212,6 +273,12 @@ def _interpolate(points: dict, x: float) -> float:
 #   accumulation: 10,880 -> 0.142, the mean of its seven runs in three suites (l4: 11,850; layouts over NVLink:
 #   9,596, 13,154, 9,691, 9,550; reduce-dtype: 11,209, 11,110), which differ by up to 37% between runs of the
 #   same settings. Each ran on 2 GPUs over NVLink, where communication hides.
+# - kernels (2026-11-30-h200-kernel-profile.json, `python -m training.kernel_profile`, one H200): matmul and
+#   attention kernels' seconds and memory-bound kernels' seconds of one step, as model TFLOP/s over the
+#   matmul seconds and microseconds per token: 8 x 4096, no recomputation: 32,768 tokens x 11.376 GFLOP /
+#   0.5185 s = 719 TFLOP/s, 0.1207 s / 32,768 = 3.684 us; with recomputation: 594, 3.840; 1 x 2048 x 4
+#   with recomputation: 8,192 x 10.319 GFLOP / 0.1502 s = 563, 0.1200 s / 8,192 = 14.650 us; without: 683,
+#   14.346. The same run's copy bandwidth: 3,799 GB/s (of 4,800).
 # - link: NCCL over NVLink, 224-314 GB/s bus bandwidth for 64-512 MiB collectives against 450 GB/s
 #   nominal: 0.60 (the lower end, the message sizes of one decoder layer).
 # - memory: peak allocated 82.1 GiB (h200 profile, no recomputation), 22.6 GiB (same with
@@ -220,9 +287,11 @@ def _interpolate(points: dict, x: float) -> float:
 #   allocator overhead.
 # docs/benchmarks.md, "Layouts on the emulated link" and "The planner against every H200 run", check it.
 CALIBRATION = Calibration(
-    reference_gpu="H200", matmul_peak_tflops={"H200": 788.3},
+    reference_gpu="H200", matmul_peak_tflops={"H200": 788.3}, memory_bandwidth_gbps={"H200": 3799.0},
     efficiency={(False, 16384): 0.663, (False, 32768): 0.727, (False, 49152): 0.719,
                 (True, 2048): 0.142, (True, 32768): 0.595},
+    kernels={(False, 2048): (683.0, 14.346), (True, 2048): (563.0, 14.650),
+             (False, 32768): (719.0, 3.684), (True, 32768): (594.0, 3.840)},
     link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
     source="2 x H200 benchmark runs of 2026-11-30 (docs/bench-results)",
 )
@@ -313,7 +382,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
-    compute_s = flops / (calibration.matmul_peak(cluster.gpu) * 1e12 * calibration.compute_efficiency(cluster.gpu, work))
+    compute_s = calibration.compute_seconds(cluster.gpu, work, flops)
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
     # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without), the reductions.
     # The root's first gather must land before anything computes.
@@ -584,7 +653,7 @@ def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Cali
                     f"{e.inter_s:.2f} ({e.inter_bytes / 1e9:.1f}) | {e.bound} | {e.tokens_per_s_per_gpu:,.0f} | "
                     f"{e.mfu:.1%} | {e.memory_gib:.1f} | {'yes' if e.fits else 'NO'} | {_duration(e.run_s)} | "
                     f"{e.run_usd:,.2f} |")
-    rows.append(calibration.basis(cluster.gpu, work))
+    rows.append(calibration.basis(cluster.gpu, work, model.flops_per_token(work.seq_len) * work.tokens_per_step))
     rows.append(f"calibration: {calibration.source}")
     return "\n".join(rows)
 

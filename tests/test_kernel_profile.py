@@ -1,0 +1,70 @@
+"""The kernel profile that calibrates the planner's two rooflines (training/kernel_profile.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training.kernel_profile import kernel_class, main, shares, split_trace
+
+
+@pytest.mark.parametrize("name,expected", [
+    # Kernel names from the H200 run (docs/bench-results/2026-11-30-h200-kernel-profile.json) and cuBLAS/NCCL.
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "matmul"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "matmul"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn", "matmul"),  # an L4/A100 cuBLAS kernel
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_cga1x1x1_kernel0", "matmul"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>>",
+     "matmul"),
+    ("triton_tem_fused_mm_0", "matmul"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "memory"),  # RMSNorm
+    ("triton_poi_fused__unsafe_view_mul_silu_4", "memory"),  # SwiGLU
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>>",
+     "memory"),  # the optimizer
+    ("Memcpy DtoD (Device -> Device)", "memory"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+])
+def test_kernels_are_classed_by_what_bounds_them(name, expected):
+    assert kernel_class(name) == expected
+
+
+def _kernel(name: str, start_us: float, duration_us: float, cat: str = "kernel") -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": start_us, "dur": duration_us}
+
+
+def test_a_trace_splits_into_class_seconds_and_busy_time_counts_overlap_once():
+    """A 300 us GEMM, a 100 us norm overlapping its last 50 us on another stream, a 50 us copy after a gap, and a
+    CPU op that is no kernel: matmul 300 us, memory 150 us, busy 300 + 50 + 50 = 400 us (the overlap once)."""
+    events = [_kernel("nvjet_sm90_tst_192x192", 0, 300), _kernel("triton_red_fused_rsqrt_0", 250, 100),
+              _kernel("Memcpy DtoD (Device -> Device)", 500, 50, cat="gpu_memcpy"),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 900}]
+    split = split_trace(events)
+    assert split["kernel_s"] == pytest.approx({"matmul": 300e-6, "memory": 150e-6, "communication": 0.0})
+    assert split["busy_s"] == pytest.approx(400e-6) and split["kernels"] == 3
+    assert [k["name"] for k in split["top"]] == ["nvjet_sm90_tst_192x192", "triton_red_fused_rsqrt_0",
+                                                "Memcpy DtoD (Device -> Device)"]
+
+
+def test_shares_are_of_the_wall_time_with_overlap_scaled_out_and_the_rest_idle():
+    """Busy 400 us of 450 us summed (an overlap of 50): classes scaled by 400/450; over a 1,000 us step,
+    matmul 300 x 0.889 = 26.7%, memory 150 x 0.889 = 13.3%, idle 60%."""
+    split = {"kernel_s": {"matmul": 300e-6, "memory": 150e-6, "communication": 0.0}, "busy_s": 400e-6}
+    assert shares(split, 1000e-6) == pytest.approx({"matmul": 0.26667, "memory": 0.13333, "communication": 0.0,
+                                                    "idle": 0.6}, rel=1e-4)
+
+
+def test_the_profile_runs_on_cpu_and_writes_what_it_measured(tmp_path):
+    """No GPU: the step runs and is timed, no kernel is recorded (the split is the GPU's to fill)."""
+    assert main(["--model", "tiny", "--out", str(tmp_path), "--shapes", "0", "--warmup", "1", "--steps", "1"]) == 0
+    [row] = json.loads((tmp_path / "kernel-profile.json").read_text())["shapes"]
+    assert row["settings"]["micro_batch"] == 1 and row["settings"]["activation_checkpointing"] is True
+    assert row["tokens_per_step"] == 4 * 2048 and row["step_s"] > 0 and row["split"]["kernels"] == 0
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["--out", str(blocker / "sub")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --out: '{blocker / 'sub'}' is not a writable folder (")

@@ -1,0 +1,231 @@
+"""Where a training step's GPU time goes, by kind of kernel: `python -m training.kernel_profile --out DIR`.
+
+One GPU, the trainer's own step (`training.bench`'s wiring of build_model, apply_fsdp, train_step),
+at each GPU profile's shape. torch.profiler records every kernel of one step after warm-up; each
+kernel is put in one of three classes:
+
+- matmul: tensor-core kernels (cuBLAS/CUTLASS GEMMs, flash attention): their time scales with the
+  GPU's bf16 TFLOP/s;
+- memory: everything else that runs on the GPU (normalisations, activations, RoPE, the softmax of
+  the loss, the optimizer's elementwise update, copies): their time scales with memory bandwidth;
+- communication: NCCL kernels (none at one GPU, counted so that a stray one is seen).
+
+The step's wall time less the kernels' busy time is idle (launch gaps, host work). The shares of the
+wall time are what training/plan.py's two-roofline compute model scales to other GPUs. The run also
+measures the two ceilings of this GPU: a large bf16 matmul and a device-to-device copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.bench import BENCH_MODEL, Case
+
+# Tensor-core kernels: cuBLAS (sm90_xmma, nvjet, *gemm*), CUTLASS, inductor's matmul templates
+# (triton_tem_), and attention (flash / fmha / cuDNN SDPA).
+_MATMUL = re.compile(r"gemm|xmma|cutlass|nvjet|wgmma|triton_tem_|flash|fmha|attention|sdpa", re.IGNORECASE)
+_COMMUNICATION = re.compile(r"nccl", re.IGNORECASE)
+CLASSES = ("matmul", "memory", "communication")
+
+
+def kernel_class(name: str) -> str:
+    """matmul, memory or communication, by the kernel's name."""
+    if _COMMUNICATION.search(name):
+        return "communication"
+    if _MATMUL.search(name):
+        return "matmul"
+    return "memory"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One step shape to profile: a GPU profile and overrides of it."""
+
+    name: str
+    profile: str
+    overrides: dict
+
+
+SHAPES = (
+    Shape("l4 profile (1 x 2048 x 4, recomputation)", "l4", {}),
+    Shape("h200 profile (8 x 4096, no recomputation)", "h200", {}),
+    Shape("h200 shape with recomputation (8 x 4096)", "h200", {"activation_checkpointing": True}),
+    Shape("l4 shape without recomputation (1 x 2048 x 4)", "l4", {"activation_checkpointing": False}),
+)
+
+
+def split_trace(events: list[dict]) -> dict:
+    """Kernel time per class from a Chrome trace's events (durations in microseconds), the busy time
+    (the union of all kernel intervals, so overlapping streams count once) and the top kernels."""
+    per_class = {c: 0.0 for c in CLASSES}
+    per_kernel: dict[str, float] = {}
+    intervals = []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        duration = float(e["dur"]) / 1e6
+        per_class[kernel_class(e["name"])] += duration
+        per_kernel[e["name"]] = per_kernel.get(e["name"], 0.0) + duration
+        intervals.append((float(e["ts"]) / 1e6, float(e["ts"]) / 1e6 + duration))
+    busy, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:25]
+    return {"kernel_s": per_class, "busy_s": busy, "kernels": len(intervals),
+            "top": [{"name": name[:160], "class": kernel_class(name), "s": s} for name, s in top]}
+
+
+def shares(split: dict, wall_s: float) -> dict:
+    """Each class's kernel time over the step's wall time, and the idle rest (never below zero)."""
+    kernel = split["kernel_s"]
+    total = sum(kernel.values())
+    # Overlapping kernels (two streams) would sum past the busy time: scale the classes to it.
+    scale = split["busy_s"] / total if total else 0.0
+    out = {c: kernel[c] * scale / wall_s for c in CLASSES}
+    out["idle"] = max(0.0, 1.0 - sum(out.values()))
+    return out
+
+
+def copy_bandwidth_gbps(device, gib: float = 2.0, repeats: int = 20) -> float:
+    """Device-to-device copy of a large buffer, GB/s counting the bytes read plus the bytes written."""
+    import torch
+
+    n = int(gib * 2**30) // 2
+    src = torch.randn(n, device=device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n * 2 / statistics.median(times) / 1e9
+
+
+def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int, trace_dir: Path) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from training.bench import _meta_model, _trainer_step
+    from training.metrics import model_flops_per_token
+
+    cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)
+    model, optimizer, step = _trainer_step(cfg, device, 0, 1, None)
+    cuda = device.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    for i in range(warmup):
+        step(i)
+    sync()
+    walls = []
+    for i in range(warmup, warmup + steps):
+        t0 = time.perf_counter()
+        step(i)
+        sync()
+        walls.append(time.perf_counter() - t0)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step(warmup + steps)
+        sync()
+    trace = trace_dir / f"{''.join(c if c.isalnum() else '-' for c in shape.name)}.json"
+    prof.export_chrome_trace(str(trace))
+    split = split_trace(json.loads(trace.read_text())["traceEvents"])
+    trace.unlink()  # tens of MB; the split keeps what matters
+    wall = statistics.median(walls)
+    tokens = cfg.tokens_per_step_per_worker
+    result = {"name": shape.name, "settings": {k: getattr(cfg, k) for k in (
+                  "seq_len", "micro_batch", "grad_accum", "activation_checkpointing", "compile", "reshard_after_forward")},
+              "tokens_per_step": tokens, "step_s": wall, "steps_timed": steps,
+              "flops_per_token": model_flops_per_token(_meta_model(cfg), cfg.seq_len),
+              "split": split, "shares": shares(split, wall)}
+    del model, optimizer
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.kernel_profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="profile-out", help="folder for kernel-profile.json")
+    parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
+    parser.add_argument("--shapes", default=None, help=f"comma-separated indexes into the shapes (0..{len(SHAPES) - 1})")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per shape (compilation happens here)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per shape")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write-test").write_text("")
+        (out / ".write-test").unlink()
+    except OSError as error:
+        print(f"error: --out: {args.out!r} is not a writable folder ({error.strerror})", file=sys.stderr)
+        return 2
+    chosen = SHAPES if args.shapes is None else tuple(SHAPES[int(i)] for i in args.shapes.split(","))
+    import torch
+    import torch.distributed as dist
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    own_group = not dist.is_initialized()
+    if own_group:  # one rank: the trainer's FSDP wiring still wants a process group
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
+    result: dict = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
+                    "model": args.model, "shapes": []}
+    if cuda:
+        from training.bench import matmul_rates
+
+        result["matmul_tflops"] = matmul_rates(device)
+        result["copy_gbps"] = copy_bandwidth_gbps(device)
+    path = out / "kernel-profile.json"
+    for shape in chosen:
+        try:
+            row = profile_shape(shape, args.model, device, args.warmup, args.steps, out)
+        except Exception as error:  # one failing shape must not cost the others
+            row = {"name": shape.name, "error": f"{type(error).__name__}: {str(error)[:300]}"}
+        result["shapes"].append(row)
+        path.write_text(json.dumps(result, indent=1))  # after each shape: a cut-off run keeps what it measured
+        print(format_row(row), flush=True)
+    if own_group:
+        dist.destroy_process_group()
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def format_row(row: dict) -> str:
+    if "error" in row:
+        return f"{row['name']}: {row['error']}"
+    s, k = row["shares"], row["split"]["kernel_s"]
+    return (f"{row['name']}: {row['step_s']:.3f} s/step, {row['tokens_per_step'] / row['step_s']:,.0f} tok/s; "
+            f"matmul {s['matmul']:.1%} ({k['matmul']:.3f} s), memory {s['memory']:.1%} ({k['memory']:.3f} s), "
+            f"communication {s['communication']:.1%}, idle {s['idle']:.1%}; {row['split']['kernels']} kernels")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
