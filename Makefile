@@ -12,7 +12,7 @@ TRAIN_ARGS ?=
 # Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
 BENCH_ARGS ?=
 
-.PHONY: synth diff preflight deploy watch destroy test mutation train-local sft-local report bench bench-wheels clean
+.PHONY: synth diff preflight deploy watch destroy test mutation scan train-local sft-local report bench bench-wheels clean
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -69,6 +69,18 @@ mutation: $(VENV)/.mutation-deps node_modules/.installed
 	rm -rf mutants
 	EKS_FSDP_EFA_MUTATION=1 $(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results --all true | $(PY) -m tools.mutation_score
+
+# checkov lives in its own venv: its many pinned dependencies stay out of the project's .venv.
+SCAN_VENV := .venv-scan
+$(SCAN_VENV)/.scan-deps: requirements-scan.txt
+	test -x $(SCAN_VENV)/bin/python || python3 -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-scan.txt
+	touch $@
+
+# checkov's Kubernetes checks on the pods KubeRay makes from the synthesized RayJob, and on the
+# ServiceAccounts they run as (YAML in cdk.out/k8s-scan/); fails on a required check (docs/security-scan.md).
+scan: synth $(SCAN_VENV)/.scan-deps
+	$(PY) -m tools.scan cdk.out --run --checkov $(SCAN_VENV)/bin/checkov
 
 # A local run (CPU workers, tiny model, learnable pattern), then its report (make report).
 LOCAL_RUN ?= local-tiny-$(shell date +%s)
