@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -205,3 +207,32 @@ def test_the_optimizer_decays_matrices_only_and_leaves_frozen_weights_out():
     assert no_decay["weight_decay"] == 0.0
     for group in (decay, no_decay):
         assert (group["lr"], group["betas"], group["eps"], group["fused"]) == (3e-4, (0.9, 0.95), 1e-8, False)
+
+
+def _two_rank_evaluation(rank: int, store: str, out: str) -> None:
+    import json
+
+    from training.data import empty_batch
+    from training.step import evaluate
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    batch = lambda labels: {"input_ids": torch.zeros(1, 4, dtype=torch.long), "labels": torch.tensor([labels])}  # noqa: E731
+    if rank == 0:
+        batches = [batch([1, 2, 3, -100]), batch([10, -100, -100, -100])]
+    else:  # a shorter shard, padded as validation_batches pads it
+        batches = [batch([4, 5, -100, -100]), empty_batch(4)]
+    result = evaluate(_SummedLabels(), batches, torch.device("cpu"))
+    (Path(out) / f"{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+def test_validation_over_two_workers_is_the_mean_over_all_their_targets_and_padding_adds_nothing(tmp_path):
+    """Worker 0: targets 1, 2, 3 and 10; worker 1: 4 and 5, then an empty batch (its shard ran out). Both report
+    (1 + 2 + 3 + 10 + 4 + 5) / 6 = 25 / 6 = 4.1667: the padding counts no target (6, not 6 + 4), and no worker
+    divides by its own count (16 / 4 = 4.0 and 9 / 2 = 4.5)."""
+    import json
+
+    mp.spawn(_two_rank_evaluation, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    for rank in (0, 1):
+        loss, count = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert (loss, count) == (pytest.approx(25 / 6), 6)
