@@ -65,9 +65,11 @@ $(VENV)/.mutation-deps: $(VENV)/.dev-deps requirements-mutation.txt
 
 # Mutation testing of the pure modules against their fast tests (pyproject.toml; not part of `make test`).
 # Results: .venv/bin/mutmut results; the score and the equivalent survivors are in docs/testing.md.
+# One OpenMP thread: mutmut forks a child per mutant after torch ran in the parent, and a forked child
+# waits forever on the parent's OpenMP pool (every training/loss.py mutant timed out without it).
 mutation: $(VENV)/.mutation-deps node_modules/.installed
 	rm -rf mutants
-	EKS_FSDP_EFA_MUTATION=1 $(VENV)/bin/mutmut run
+	EKS_FSDP_EFA_MUTATION=1 OMP_NUM_THREADS=1 $(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results --all true | $(PY) -m tools.mutation_score
 
 # checkov lives in its own venv: its many pinned dependencies stay out of the project's .venv.

@@ -143,3 +143,49 @@ def test_backward_applies_an_upstream_gradient_other_than_one(upstream):
     (upstream * F.cross_entropy(h @ w.T, labels, ignore_index=IGNORE_INDEX)).backward()
     assert relative_error(hidden.grad, h.grad) < 1e-5
     assert relative_error(weight.grad, w.grad) < 1e-5
+
+
+@pytest.mark.parametrize("frozen", ["weight", "hidden"])
+def test_a_frozen_input_gets_no_gradient_and_no_gradient_buffer(frozen):
+    """LoRA freezes the LM head: the hidden states still get their gradient through the fused function, and no
+    [vocab, hidden] fp32 buffer is kept for the head (0.9 GB for Qwen2.5-1.5B's 151,936 x 1,536)."""
+    hidden, weight, labels = problem(8, 24, 8, 30, masked=0.2)
+    (weight if frozen == "weight" else hidden).requires_grad_(False)
+    loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=7, scale=1 / int((labels != IGNORE_INDEX).sum()))
+    assert type(loss.grad_fn).__name__ == "_FusedLinearCrossEntropyBackward"
+    saved_hidden, saved_weight = loss.grad_fn.saved_tensors
+    assert (saved_weight is None) == (frozen == "weight") and (saved_hidden is None) == (frozen == "hidden")
+    loss.backward()
+    _, ref_hidden_grad, ref_weight_grad = reference(hidden, weight, labels)
+    trained, reference_grad = (hidden, ref_hidden_grad) if frozen == "weight" else (weight, ref_weight_grad)
+    assert relative_error(trained.grad, reference_grad) < 1e-6
+    assert (weight if frozen == "weight" else hidden).grad is None
+
+
+def test_without_a_scale_the_loss_is_the_plain_sum():
+    hidden, weight, labels = problem(9, 10, 4, 7, masked=0.3)
+    with torch.no_grad():
+        expected = F.cross_entropy(hidden @ weight.T, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+    torch.testing.assert_close(linear_cross_entropy(hidden, weight, labels, 4), expected)
+
+
+def test_evaluation_builds_no_gradients(monkeypatch):
+    """Under no_grad (validation) the eager path runs: the fused function would compute every gradient for nothing."""
+    from training import loss as loss_module
+
+    def must_not_run(*args):
+        raise AssertionError("the gradient-computing function ran under no_grad")
+
+    monkeypatch.setattr(loss_module._FusedLinearCrossEntropy, "apply", must_not_run)
+    hidden, weight, labels = problem(10, 12, 4, 9)
+    with torch.no_grad():
+        linear_cross_entropy(hidden, weight, labels, 5)
+
+
+@pytest.mark.filterwarnings("error")
+def test_each_chunks_hidden_gradient_is_written_in_place():
+    """Into its own rows of the buffer: an output of the wrong shape is resized with a warning (an error in later torch)."""
+    hidden, weight, labels = problem(11, 37, 16, 50)
+    linear_cross_entropy(hidden, weight, labels, chunk_tokens=8, scale=1 / 37).backward()
+    _, ref_hidden_grad, _ = reference(hidden, weight, labels)
+    assert relative_error(hidden.grad, ref_hidden_grad) < 1e-5

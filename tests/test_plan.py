@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -445,3 +446,327 @@ def test_a_measured_ceiling_replaces_the_datasheet_estimate():
     flops = QWEN.flops_per_token(2048) * L4_SHAPE.tokens_per_step
     assert "matmul kernels at 60 TFLOP/s measured, memory-bound kernels at 240 GB/s measured" in measured.basis(
         GPUS["L4"], L4_SHAPE, flops)
+
+
+# ------------------------------------------------------------------ mutation testing's survivors (docs/testing.md)
+
+ONE_G6 = ("g6.12xlarge", 1)
+
+
+def test_a_clusters_price_is_one_nodes_price_times_the_nodes():
+    """g6.12xlarge at $4.6016 an hour: 3 nodes cost $13.8048 an hour (built here, not at import, so mutmut sees it)."""
+    assert plan.cluster_of("g6.12xlarge", 3).usd_per_hour == pytest.approx(13.8048)
+
+
+def test_lora_moves_only_the_adapters_gradients_between_nodes():
+    """Rank 16 on each of Qwen2.5-1.5B's 28 layers, 41,216 linear in+out features: 16 x 41,216 x 28 = 18,464,768
+    trained parameters; hybrid's fp32 all-reduce over 2 nodes: 2 x 4 B x 18,464,768 x 1/2 = 73,859,072 bytes."""
+    lora = dataclasses.replace(L4_SHAPE, lora_rank=16)
+    assert plan.estimate(QWEN, lora, G6, plan.Layout("hybrid")).inter_bytes == pytest.approx(73_859_072)
+
+
+def test_the_intra_node_link_runs_at_the_calibrated_share_of_its_bandwidth():
+    """One g6.12xlarge node, full over its 4 L4s, 4 micro-batches: bf16 layers twice per micro-batch
+    (2 x 1,310,339,072 x 2 x 4 = 20,965,425,152 B), the root once per micro-batch (2 x 233,375,232 x 4 =
+    1,867,001,856 B) and the fp32 reduce-scatter (4 x 1,543,714,304 = 6,174,857,216 B), x 3/4 over 4 ranks =
+    21,755,463,168 B over PCIe's 32 GB/s at 60% (19.2 GB/s): 1.1331 s."""
+    e = plan.estimate(QWEN, L4_SHAPE, plan.cluster_of(*ONE_G6), plan.Layout("full"))
+    assert e.intra_bytes == pytest.approx(21_755_463_168)
+    assert e.intra_s == pytest.approx(1.1331, rel=1e-4)
+
+
+def test_one_gpu_moves_nothing_and_waits_for_no_link():
+    one_gpu = plan.Cluster(gpu=H200, nodes=1, gpus_per_node=1, inter_node_gbps=0.0)
+    e = plan.estimate(QWEN, L4_SHAPE, one_gpu, plan.Layout("full"))
+    assert (e.intra_bytes, e.intra_s, e.inter_s) == (0, 0, 0)
+    assert e.exposed_s == pytest.approx(0, abs=1e-9)  # the step's phases add back to the compute
+
+
+def test_without_recomputation_the_reductions_hide_behind_two_thirds_of_the_last_backward():
+    """Backward is 2 of a layer's 3 passes without recomputation. Hybrid on 2 g6 nodes, one 1 x 2048 micro-batch:
+    the fp32 all-reduce is 2 x 4 B x 1,543,714,304 x 1/2 = 6,174,857,216 B at 60% of 5 GB/s = 2.0583 s, the root's
+    first gather 2 x 233,375,232 x 3/4 = 350,062,848 B at 19.2 GB/s = 0.0182 s; the layer gathers hide in the
+    forward. Exposed: 2.0583 + 0.0182 - 2/3 of the compute."""
+    e = plan.estimate(QWEN, plan.Workload(2048, 1, 1, False, 2048), G6, plan.Layout("hybrid"))
+    assert e.exposed_s == pytest.approx(2.0583 + 0.0182 - e.compute_s * 2 / 3, rel=1e-3)
+
+
+def test_flops_per_step_are_the_model_flops_of_every_token_of_the_step():
+    """6 x 1,543,714,304 + 12 x 28 x 12 x 128 x 2048 = 10,319,250,432 FLOPs per token, x 4 x 2048 tokens."""
+    assert plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid")).flops_per_step == 84_535_299_538_944
+
+
+def test_mfu_is_what_the_trainers_log_reports_for_the_predicted_speed():
+    from training.metrics import mfu
+
+    e = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid"))
+    assert e.mfu == pytest.approx(mfu(e.tokens_per_s_per_gpu, 10_319_250_432, 121.0), rel=1e-9)
+
+
+@pytest.mark.parametrize("lora_rank,expected", [(0, 1_134_208), (4, 450_240)])
+def test_memory_of_the_tiny_model_term_by_term(lora_rank, expected):
+    """tiny: 107,072 parameters (root 32,832, 2 layers of 37,120), hidden 64, vocab 512; 1 x 8 tokens, no
+    recomputation, one micro-batch, resharded, over 2 GPUs. Full: weights and moments 12 x 107,072 / 2 = 642,432,
+    gradients 4 x 107,072 / 2 = 214,144, gathered root and two layers 2 x (32,832 + 2 x 37,120) = 214,144,
+    activations 46 x 8 x 64 x 2 = 47,104, loss chunk 4 x 8 x 512 = 16,384: 1,134,208. LoRA rank 4: 4 x 1,024 x 2 =
+    8,192 adapters, state (12 x 8,192 + 2 x 107,072 frozen bf16) / 2 = 156,224, gradients 4 x 8,192 / 2 = 16,384,
+    the rest as before: 450,240."""
+    work = plan.Workload(seq_len=8, micro_batch=1, grad_accum=1, activation_checkpointing=False, loss_chunk_tokens=8,
+                         lora_rank=lora_rank)
+    assert plan.memory_bytes(plan.MODELS["tiny"], work, plan.Layout("full"), 2, plan.CALIBRATION) == expected
+
+
+@pytest.mark.parametrize("work,expected", [
+    # Recomputation's points joined by no recomputation's at their ratio where both were measured (32,768 tokens):
+    # 4 x 4096 with recomputation: 0.663 x 0.595 / 0.727 = 0.54262; 1 x 2048 without: 0.142 x 0.727 / 0.595 = 0.17350.
+    (plan.Workload(4096, 4, 1, True), 0.54262), (plan.Workload(2048, 1, 1, False), 0.17350),
+    # Between 32,768 (0.727) and 49,152 (0.719) tokens, linear in log2: 40,960 is log2(1.25) / log2(1.5) = 0.55034 of
+    # the way, 0.727 - 0.55034 x 0.008 = 0.72260. Beyond the largest size, flat: 0.719.
+    (plan.Workload(4096, 10, 1, False), 0.72260), (plan.Workload(4096, 16, 1, False), 0.719),
+])
+def test_reference_efficiency_between_and_beyond_the_measured_sizes(work, expected):
+    assert plan.CALIBRATION.reference_efficiency(work) == pytest.approx(expected, abs=2e-5)
+
+
+@pytest.mark.parametrize("work,shape", [
+    (H200_SHAPE, "72.7% efficiency at 32,768 tokens per micro-batch;"),
+    (L4_SHAPE, "14.2% efficiency at 2,048 tokens per micro-batch with recomputation;")])
+def test_the_reference_gpus_basis_names_its_efficiency_and_shape(work, shape):
+    assert plan.CALIBRATION.basis(H200, work, 1.0) == (
+        f"compute basis: H200 at its measured bf16 matmul peak 788 TFLOP/s (989 datasheet) x {shape} "
+        "MFU is against the datasheet peak")
+
+
+def test_same_batch_shapes_are_every_divisor_of_the_sequences_per_gpu():
+    shapes = plan.same_batch_shapes(plan.Workload(2048, 2, 2, True))
+    assert [(w.micro_batch, w.grad_accum, w.activation_checkpointing) for w in shapes] == [
+        (1, 4, False), (1, 4, True), (2, 2, False), (2, 2, True), (4, 1, False), (4, 1, True)]
+
+
+def test_one_node_chooses_full_sharding_by_its_name():
+    assert plan.choose(QWEN, L4_SHAPE, plan.cluster_of(*ONE_G6)).layout == plan.Layout("full")
+
+
+def test_choose_keeps_the_users_reduction_dtype():
+    assert plan.choose(QWEN, L4_SHAPE, G6, reduce_dtype="bf16").layout == plan.Layout("hybrid", False, "bf16")
+
+
+MEASURED_L4 = dataclasses.replace(plan.CALIBRATION, matmul_peak_tflops={"H200": 788.3, "L4": 60.0},
+                                  memory_bandwidth_gbps={"H200": 3799.0, "L4": 240.0})
+
+
+def test_ranking_choosing_and_the_batch_search_use_the_calibration_given():
+    """test_a_measured_ceiling_replaces_the_datasheet_estimate's L4: 1.973 + 1.900 s per 4 micro-batches."""
+    per_micro_batch = (1.973 + 1.900) / 4
+    assert {round(e.compute_s / 4, 3) for e in plan.rank_layouts(QWEN, L4_SHAPE, G6, MEASURED_L4)} == {
+        round(per_micro_batch, 3)}
+    assert plan.choose(QWEN, L4_SHAPE, G6, calibration=MEASURED_L4).compute_s == pytest.approx(4 * per_micro_batch, rel=0.005)
+    found = plan.link_bound_batch(QWEN, L4_SHAPE, G6, plan.Layout("hybrid", False, "bf16"), MEASURED_L4)
+    assert found.compute_s / found.work.grad_accum == pytest.approx(per_micro_batch, rel=0.005)
+
+
+def test_fit_error_judges_memory_with_the_calibration_given():
+    """An allocator that reserved 10x what it allocates: nothing fits a 24 GB L4 (usable 22,389,387,264 B = 20.85
+    GiB), so the message names the GPUs, with a smallest figure above that."""
+    greedy = dataclasses.replace(plan.CALIBRATION, allocator_overhead=10.0)
+    problem = plan.fit_error(QWEN, L4_SHAPE, G6, plan.SHARDINGS, False, "fp32", greedy)
+    assert problem.startswith("--instance-type: qwen2.5-1.5b fits in no layout, micro-batch or recomputation")
+    assert float(problem.split("the smallest needs ")[1].split(" GiB")[0]) > 20.85
+
+
+def test_fit_error_names_the_memory_of_the_resharded_layout_in_full():
+    """8 x 4096 without recomputation, full over 8 L4s: weights and moments 12 x 1,543,714,304 / 8 = 2,315,571,456,
+    gradients 4 x 1,543,714,304 / 8 = 771,857,152, the root and two layers gathered 2 x (233,375,232 + 2 x
+    46,797,824) = 653,941,760, activations 46 x 32,768 x 1,536 x 28 = 64,827,162,624, loss chunk 4 x 2,048 x
+    151,936 = 1,244,659,712: 69,813,192,704 B x 1.27 reserved = 82.6 GiB. Recomputation fits."""
+    no_recompute = plan.Workload(seq_len=4096, micro_batch=8, grad_accum=1, activation_checkpointing=False)
+    problem = plan.fit_error(QWEN, no_recompute, G6, plan.SHARDINGS, False, "fp32")
+    assert problem.startswith("--activation-checkpointing: 8 x 4096 tokens per micro-batch without recomputation needs "
+                              "82.6 GiB/GPU on 2 x g6.12xlarge (24 GB per GPU); micro-batch 8 x 1 accumulation, recomputation")
+    assert problem.endswith(" tok/s/GPU), the same tokens per step")
+
+
+def test_fit_error_on_one_node():
+    no_recompute = plan.Workload(seq_len=4096, micro_batch=8, grad_accum=1, activation_checkpointing=False)
+    assert plan.fit_error(QWEN, no_recompute, plan.cluster_of(*ONE_G6), plan.SHARDINGS, False, "fp32").startswith(
+        "--activation-checkpointing: 8 x 4096 tokens per micro-batch without recomputation needs")
+
+
+def test_fit_error_says_with_recomputation_when_the_micro_batch_is_what_to_change():
+    big = plan.Workload(seq_len=4096, micro_batch=16, grad_accum=1, activation_checkpointing=True, loss_chunk_tokens=8192)
+    assert plan.fit_error(QWEN, big, G6, plan.SHARDINGS, False, "fp32").startswith(
+        "--micro-batch: 16 x 4096 tokens per micro-batch with recomputation needs")
+
+
+def test_the_batch_search_stops_at_its_limit():
+    """bf16 hybrid on 2 g6 nodes at the l4 shape: the links first cost at most 10% at some accumulation A
+    (test_batch_line_...); a limit of A finds it, a limit of A - 1 does not."""
+    layout = plan.Layout("hybrid", False, "bf16")
+    accum = plan.link_bound_batch(QWEN, L4_SHAPE, G6, layout).work.grad_accum
+    assert accum > 2
+    assert plan.link_bound_batch(QWEN, L4_SHAPE, G6, layout, limit=accum).work.grad_accum == accum
+    assert plan.link_bound_batch(QWEN, L4_SHAPE, G6, layout, limit=accum - 1) is None
+
+
+def test_one_micro_batch_is_enough_when_nothing_crosses_a_link():
+    one_gpu = plan.Cluster(gpu=H200, nodes=1, gpus_per_node=1, inter_node_gbps=0.0)
+    assert plan.link_bound_batch(QWEN, L4_SHAPE, one_gpu, plan.Layout("full")).work.grad_accum == 1
+
+
+def test_a_batch_that_no_longer_fits_is_not_offered():
+    """Hybrid on 2 g6 nodes, 1 x 4096 without recomputation: one micro-batch fits, but from two on FSDP2 keeps an
+    unsharded fp32 gradient (4 x 1,543,714,304 = 6.2 GB) beside 46 x 4096 x 1536 x 28 = 8.1 GB of activations:
+    ~28 GB reserved of the L4's 22.4 GB usable. The batch whose links cost at most 10% is larger still."""
+    work = plan.Workload(seq_len=4096, micro_batch=1, grad_accum=1, activation_checkpointing=False, loss_chunk_tokens=4096)
+    assert plan.estimate(QWEN, work, G6, plan.Layout("hybrid")).fits
+    assert plan.link_bound_batch(QWEN, work, G6, plan.Layout("hybrid")) is None
+
+
+@pytest.mark.parametrize("seconds,shown", [(90 * 60, "90 min"), (119 * 60, "119 min"), (120 * 60, "2.0 h"),
+                                           (120.5 * 60, "2.0 h"), (5 * 3600, "5.0 h")])
+def test_durations_read_in_minutes_under_two_hours_else_in_hours(seconds, shown):
+    assert plan._duration(seconds) == shown
+
+
+@pytest.mark.parametrize("nodes,message", [
+    (["a", "a", "a", "b"], "uneven placement: {'a': 3, 'b': 1} workers per node; hybrid sharding needs the same number "
+                           "on every node (one worker per GPU, every node's GPUs)"),
+    (["a", "b", "a", "b"], "ranks of node a are not consecutive (['a', 'b', 'a', 'b']): a hybrid mesh needs each "
+                           "node's workers numbered together"),
+])
+def test_placement_refusals_in_full(nodes, message):
+    with pytest.raises(plan.LayoutError, match=f"^{re.escape(message)}$"):
+        plan.node_layout(nodes)
+
+
+def test_layouts_that_fit_rank_before_those_that_do_not():
+    """One g6.12xlarge node, 2 x 4096 with recomputation: keeping the weights gathered adds the whole bf16 model
+    (2 x 1.54 B = 3.1 GB) per L4, which no longer fits; resharded does."""
+    work = plan.Workload(seq_len=4096, micro_batch=2, grad_accum=4, activation_checkpointing=True, loss_chunk_tokens=4096)
+    ranked = plan.rank_layouts(QWEN, work, plan.cluster_of(*ONE_G6))
+    assert [(e.layout.keep_gathered, e.fits) for e in ranked] == [(False, True), (False, True), (True, False), (True, False)]
+
+
+def test_smallest_defaults_to_the_fp32_reduction():
+    assert plan.smallest(QWEN, L4_SHAPE, G6).layout.reduce_dtype == "fp32"
+
+
+def test_when_nothing_fits_the_smallest_keeps_the_weights_gathered_if_asked():
+    """Qwen2.5-14B: kept gathered holds the whole bf16 model instead of the root and two layers: 2 x (14,770,033,664
+    - 1,557,140,480 - 2 x 275,268,608) = 25,324,711,936 B more, x 1.27 reserved = 29.95 GiB more per GPU."""
+    fourteen = plan.MODELS["qwen2.5-14b"]
+
+    def smallest_gib(keep_gathered: bool) -> float:
+        problem = plan.fit_error(fourteen, L4_SHAPE, G6, plan.SHARDINGS, keep_gathered, "fp32")
+        return float(problem.split("the smallest needs ")[1].split(" GiB")[0])
+
+    assert smallest_gib(True) - smallest_gib(False) == pytest.approx(29.95, abs=0.1)
+
+
+# ------------------------------------------------------------------ the report and the CLI, in full
+
+def test_plan_cli_accepts_one_node_and_one_step(capsys):
+    assert plan.main(["--nodes", "1", "--steps", "1"]) == 0
+    assert "auto (fp32 reduction, weights resharded): 1 x g6.12xlarge, full, " in capsys.readouterr().out
+
+
+def test_plan_cli_runs_the_steps_it_is_given_else_200(capsys):
+    assert plan.main(["--steps", "50"]) == 0
+    assert ", 50 steps in ~" in capsys.readouterr().out
+    assert plan.main([]) == 0
+    assert ", 200 steps in ~" in capsys.readouterr().out
+
+
+def test_plan_cli_knows_a_models_hub_id(capsys):
+    assert plan.main(["--model", "Qwen/Qwen2.5-1.5B-Instruct"]) == 0
+    assert "network 5 GB/s per node), qwen2.5-1.5b, " in capsys.readouterr().out
+
+
+def test_plan_cli_reads_the_shape_as_numbers(capsys):
+    assert plan.main(["--seq-len", "1024", "--micro-batch", "2"]) == 0
+    assert "qwen2.5-1.5b, 2 x 1024 x 4 micro-batches per GPU, recomputation (65,536 tokens per step)" in (
+        capsys.readouterr().out)
+
+
+def test_plan_cli_plans_the_lora_rank_it_is_given(capsys):
+    """Rank 8: 8 x 41,216 x 28 = 9,232,384 adapters; hybrid over a node's 4 L4s: state (12 x 9,232,384 + 2 x
+    1,543,714,304 frozen) / 4 = 799,554,304, the unsharded fp32 accumulator 4 x 9,232,384 = 36,929,536, the root
+    and two layers 653,941,760, activations with recomputation 2 x 2048 x 1536 x 28 + 46 x 2048 x 1536 =
+    320,864,256, the loss chunk 4 x 2048 x 151,936 = 1,244,659,712: 3,055,949,568 B x 1.27 = 3.6 GiB."""
+    assert plan.main(["--lora-rank", "8"]) == 0
+    assert "(3.6 GiB/GPU of 24 GB); the fastest layout that fits" in capsys.readouterr().out
+
+
+def test_table_title_and_header():
+    assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[:3] == [
+        "2 x g6.12xlarge (8 x L4, pcie 32 GB/s per GPU, network 5 GB/s per node), qwen2.5-1.5b, 1 x 2048 x 4 "
+        "micro-batches per GPU, recomputation (65,536 tokens per step)",
+        "| layout | step s | compute s | intra-node s (GB) | inter-node s (GB) | bound | tok/s/GPU | MFU | memory GiB | "
+        "fits | run | run $ |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+
+
+def test_table_rows_give_each_links_gigabytes():
+    """hybrid+bf16: inter-node, the bf16 all-reduce 2 x 2 x 1,543,714,304 x 1/2 = 3.1 GB; intra-node, the gathers
+    (2 x 1,310,339,072 x 2 x 4 + 2 x 233,375,232 x 4) x 3/4 = 17,124,320,256 plus the bf16 reduce-scatter
+    2 x 1,543,714,304 x 3/4 = 2,315,571,456: 19.4 GB."""
+    row = next(r for r in plan.table(QWEN, L4_SHAPE, G6).splitlines() if r.startswith("| hybrid+bf16 |"))
+    assert " (19.4) | " in row and " (3.1) | " in row
+
+
+def test_table_says_whether_each_layout_fits():
+    fits = plan.table(QWEN, L4_SHAPE, G6).splitlines()[3:11]
+    assert all(" | yes | " in row for row in fits)
+    no_fit = plan.table(QWEN, H200_SHAPE, plan.cluster_of("p5.48xlarge", 2)).splitlines()[3:11]
+    assert all(" | NO | " in row for row in no_fit)
+
+
+def test_table_ends_with_the_basis_of_its_compute_term():
+    assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[-2] == plan.CALIBRATION.basis(
+        GPUS["L4"], L4_SHAPE, 84_535_299_538_944)  # 10,319,250,432 FLOPs per token x 8,192 tokens
+
+
+def test_batch_line_prices_the_same_tokens_at_the_larger_batch():
+    """From 6 micro-batches (98,304 tokens per step, 5.178 s per step): 200 x 65,536 = 13,107,200 tokens take
+    ceil(133.3) = 134 steps, 134 x 5.178 = 693.9 s = ~12 min, x 2 x $4.6016 an hour = $1.77."""
+    line = plan.batch_line(QWEN, L4_SHAPE, G6, plan.choose(QWEN, L4_SHAPE, G6, reduce_dtype="bf16"))
+    assert line.startswith("batch: the links cost 13% of the step at 65,536 tokens; from batch_tokens 98,304 ")
+    assert line.endswith("the same 13,107,200 tokens in 134 steps, ~12 min, ~$1.77 (a larger batch changes the "
+                         "optimisation: retune the learning rate)")
+
+
+def test_batch_line_when_the_batch_already_keeps_the_links_cheap():
+    """At 6 micro-batches the links cost 0.457 s of a 5.178 s step: 9%."""
+    work = plan.Workload(2048, 1, 6, True, 2048)
+    line = plan.batch_line(QWEN, work, G6, plan.choose(QWEN, work, G6, reduce_dtype="bf16"))
+    assert line == "batch: 98,304 tokens per step already keeps communication at 9% of the step (at most 10%)"
+
+
+def test_resolve_sharding_reasons_in_full():
+    """Unknown instance type, 8 x 4096 without recomputation, one GPU per node: the hybrid shard is the whole state,
+    16 x 1,543,714,304 = 24,699,428,864 B, plus 653,941,760 gathered, 64,827,162,624 of activations and the
+    1,244,659,712 loss chunk: 91,425,192,960 B x 1.27 = 108.1 GiB."""
+    l4, big = GPUS["L4"], plan.Workload(seq_len=4096, micro_batch=8, grad_accum=1, activation_checkpointing=False)
+    assert plan.resolve_sharding("auto", QWEN, L4_SHAPE, 1, 4, l4, None, False, "fp32") == ("full", "one node")
+    assert plan.resolve_sharding("auto", QWEN, L4_SHAPE, 2, 4, l4, None, False, "fp32") == (
+        "hybrid", "several nodes; a node's GPUs hold the sharded state")
+    assert plan.resolve_sharding("auto", QWEN, big, 2, 1, l4, None, False, "fp32") == (
+        "full", "several nodes, but a node's GPUs cannot hold the sharded state (108.1 GiB/GPU)")
+
+
+def test_shape_of_reads_layers_heads_and_head_dim_from_the_config():
+    """Qwen2.5-1.5B's published config: 28 layers, 12 heads of 1536 / 12 = 128; an unnamed config is "model"."""
+    from training.model import builtin_config
+
+    shape = plan.shape_of(builtin_config("qwen2.5-1.5b"))
+    assert (shape.name, shape.layers, shape.heads, shape.head_dim) == ("model", 28, 12, 128)
+
+
+def test_shape_of_prefers_an_explicit_head_dim_and_the_configs_name():
+    """tiny (hidden 64, 4 heads) with head_dim 32: each head is 32 wide, not 64 / 4 = 16."""
+    from training.model import builtin_config
+
+    config = builtin_config("tiny")
+    config.head_dim, config.name_or_path = 32, "org/tiny-wide-heads"
+    shape = plan.shape_of(config)
+    assert (shape.name, shape.head_dim) == ("org/tiny-wide-heads", 32)
