@@ -770,3 +770,15 @@ def test_shape_of_prefers_an_explicit_head_dim_and_the_configs_name():
     config.head_dim, config.name_or_path = 32, "org/tiny-wide-heads"
     shape = plan.shape_of(config)
     assert (shape.name, shape.head_dim) == ("org/tiny-wide-heads", 32)
+
+
+def test_the_table_and_the_batch_line_use_the_calibration_they_are_given():
+    """At a link efficiency of 1.0, full's 25.4 GB across the nodes take 25.4 / 5 GB/s = 5.08 s (8.46 s at 0.60);
+    with links a billion times faster, no batch is needed to hide them."""
+    perfect = dataclasses.replace(plan.CALIBRATION, link_efficiency=1.0)
+    full_row = next(r for r in plan.table(QWEN, L4_SHAPE, G6, perfect).splitlines() if r.startswith("| full | "))
+    assert " | 5.08 (25.4) | " in full_row
+    instant = dataclasses.replace(plan.CALIBRATION, link_efficiency=1e9)
+    chosen = plan.choose(QWEN, L4_SHAPE, G6, calibration=instant)
+    assert plan.batch_line(QWEN, L4_SHAPE, G6, chosen, instant) == (
+        "batch: 65,536 tokens per step already keeps communication at 0% of the step (at most 10%)")
