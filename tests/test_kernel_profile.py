@@ -25,6 +25,14 @@ from training.kernel_profile import kernel_class, main, shares, split_trace
      "memory"),  # the optimizer
     ("Memcpy DtoD (Device -> Device)", "memory"),
     ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+    # Memory-bound though their names say attention or GEMM: flash attention 2's backward helpers (Ampere/Ada),
+    # an inductor pointwise kernel named after SDPA, cuBLAS's split-K reduction.
+    ("void flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128, 64, 128, 8>>(Flash_bwd_params)", "memory"),
+    ("void flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8>>(Flash_bwd_params, int)", "memory"),
+    ("void flash_bwd_clear_dkvaccum_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8>>(Flash_bwd_params)", "memory"),
+    ("triton_poi_fused__scaled_dot_product_efficient_attention_transpose_2", "memory"),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float>(cublasLt::cublasSplitKParams<float>)",
+     "memory"),
 ])
 def test_kernels_are_classed_by_what_bounds_them(name, expected):
     assert kernel_class(name) == expected

@@ -295,8 +295,7 @@ def test_p5_is_predicted_on_the_measured_basis_not_the_datasheet():
     p5 = plan.cluster_of("p5.48xlarge", 2)
     e = plan.estimate(QWEN, H200_SHAPE, p5, plan.Layout("hybrid"))
     assert e.tokens_per_s_per_gpu == pytest.approx(50_397, rel=0.15) and e.tokens_per_s_per_gpu < 55_000
-    flops = QWEN.flops_per_token(4096) * H200_SHAPE.tokens_per_step
-    assert plan.CALIBRATION.basis(GPUS["H100"], H200_SHAPE, flops).startswith(
+    assert plan.CALIBRATION.basis(GPUS["H100"], H200_SHAPE, QWEN).startswith(
         "compute basis: H100: matmul kernels at 788 TFLOP/s = 989 datasheet x 0.797, the H200's measured matmul "
         "fraction, memory-bound kernels at 2,651 GB/s = 3350 datasheet x 0.791, the H200's measured copy fraction")
 
@@ -423,18 +422,50 @@ def test_a_micro_batch_between_the_profiled_sizes_spreads_its_fixed_cost_over_it
     """Memory-bound us per token a + b / tokens through 14.650 (2,048) and 3.840 (32,768) with recomputation:
     b = 10.810 / (1/2,048 - 1/32,768) = 23,615, a = 3.840 - 23,615/32,768 = 3.119; at 4 x 2,048: 3.119 + 2.883 = 6.002."""
     four = plan.Workload(seq_len=2048, micro_batch=4, grad_accum=1, activation_checkpointing=True)
-    assert plan.CALIBRATION.kernel_profile(four)[1] == pytest.approx(6.002, rel=0.001)
-    assert plan.CALIBRATION.kernel_profile(L4_SHAPE) == pytest.approx((563.0, 14.650))
+    assert plan.CALIBRATION.kernel_profile(four, QWEN)[1] == pytest.approx(6.002, rel=0.001)
+    assert plan.CALIBRATION.kernel_profile(L4_SHAPE, QWEN) == pytest.approx((563.0, 14.650))
+
+
+def test_the_matmul_rate_between_and_beyond_the_profiled_sizes():
+    """Seconds per TFLOP a + b / tokens through 1/563 (2,048) and 1/594 (32,768) with recomputation: b = 0.2025,
+    a = 0.0016773; at 8,192 tokens 1 / (a + b/8,192) = 587.5 TFLOP/s; at 512, beyond the profile, 482.4 (and the
+    memory-bound cost 3.119 + 23,615/512 = 49.24 us per token)."""
+    four = plan.Workload(seq_len=2048, micro_batch=4, grad_accum=1, activation_checkpointing=True)
+    assert plan.CALIBRATION.kernel_profile(four, QWEN)[0] == pytest.approx(587.5, rel=0.001)
+    short = plan.Workload(seq_len=512, micro_batch=1, grad_accum=1, activation_checkpointing=True)
+    assert plan.CALIBRATION.kernel_profile(short, QWEN) == pytest.approx((482.4, 49.24), rel=0.001)
+
+
+def test_a_larger_model_scales_memory_work_per_token_by_its_activations_and_per_micro_batch_by_its_weights():
+    """Qwen2.5-7B at 1 x 2,048: 3.1193 us x (28 x 3,584) / (28 x 1,536) = 7.278 us of activations' work per token,
+    plus 23,615 us x 7,615,616,512 / 1,543,714,304 parameters / 2,048 tokens = 56.884 us of weights' work: 64.16 us."""
+    seven = plan.MODELS["qwen2.5-7b"]
+    assert plan.CALIBRATION.kernel_profile(L4_SHAPE, seven)[1] == pytest.approx(7.278 + 56.884, rel=0.001)
+
+
+def test_a_profile_that_is_not_a_per_token_plus_per_micro_batch_cost_is_refused():
+    """Costs that grow with the micro-batch's size would give a negative cost per micro-batch."""
+    odd = dataclasses.replace(plan.CALIBRATION, kernels={(True, 2048): (563.0, 3.0), (True, 32768): (594.0, 14.0)})
+    with pytest.raises(ValueError, match=r"^kernel profile \{2048: 3\.0, 32768: 14\.0\}: not a per-token plus "
+                       r"per-micro-batch cost"):
+        odd.kernel_profile(L4_SHAPE, QWEN)
 
 
 def test_a_gpu_whose_kernels_outrun_the_h200s_step_is_bounded_by_the_h200s_measured_time():
     """The host's launches take the H200's whole measured step at 1 x 2,048 (56% of it idle in the profile): a GPU
     ten times faster in both ceilings does not predict a step ten times shorter."""
     fast = dataclasses.replace(GPUS["H200"], name="faster", bf16_tflops=9890.0, memory_bandwidth_gbps=48000)
-    flops = QWEN.flops_per_token(2048) * L4_SHAPE.tokens_per_step
-    measured = flops / (788.3e12 * 0.142)
-    assert plan.CALIBRATION.compute_seconds(fast, L4_SHAPE, flops) == pytest.approx(measured, rel=1e-6)
-    assert plan.CALIBRATION.basis(fast, L4_SHAPE, flops).startswith("compute basis: faster's kernels (")
+    measured = 8192 * 10_319_250_432 / (788.3e12 * 0.142)  # 0.7552 s
+    assert plan.CALIBRATION.compute_seconds(fast, L4_SHAPE, QWEN) == pytest.approx(measured, rel=1e-6)
+    assert plan.CALIBRATION.basis(fast, L4_SHAPE, QWEN).startswith("compute basis: faster's kernels (")
+
+
+def test_the_host_bound_grows_with_the_layers_not_with_the_flops():
+    """Qwen2.5-14B has 48 layers to 1.5B's 28 and 9.2x its FLOPs per token: on the fast GPU above its host-bound
+    step at 1 x 2,048 x 4 is 0.7552 s x 48 / 28 = 1.2946 s, not 9.2 x 0.7552 = 6.93 s."""
+    fast = dataclasses.replace(GPUS["H200"], name="faster", bf16_tflops=98900.0, memory_bandwidth_gbps=480000)
+    fourteen = plan.MODELS["qwen2.5-14b"]
+    assert plan.CALIBRATION.compute_seconds(fast, L4_SHAPE, fourteen) == pytest.approx(0.7552 * 48 / 28, rel=1e-3)
 
 
 def test_a_measured_ceiling_replaces_the_datasheet_estimate():
@@ -443,9 +474,8 @@ def test_a_measured_ceiling_replaces_the_datasheet_estimate():
                                    memory_bandwidth_gbps={"H200": 3799.0, "L4": 240.0})
     e = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid"), measured)
     assert e.compute_s == pytest.approx(1.973 + 1.900, rel=0.005)
-    flops = QWEN.flops_per_token(2048) * L4_SHAPE.tokens_per_step
     assert "matmul kernels at 60 TFLOP/s measured, memory-bound kernels at 240 GB/s measured" in measured.basis(
-        GPUS["L4"], L4_SHAPE, flops)
+        GPUS["L4"], L4_SHAPE, QWEN)
 
 
 # ------------------------------------------------------------------ mutation testing's survivors (docs/testing.md)
@@ -532,7 +562,7 @@ def test_reference_efficiency_between_and_beyond_the_measured_sizes(work, expect
     (H200_SHAPE, "72.7% efficiency at 32,768 tokens per micro-batch;"),
     (L4_SHAPE, "14.2% efficiency at 2,048 tokens per micro-batch with recomputation;")])
 def test_the_reference_gpus_basis_names_its_efficiency_and_shape(work, shape):
-    assert plan.CALIBRATION.basis(H200, work, 1.0) == (
+    assert plan.CALIBRATION.basis(H200, work, QWEN) == (
         f"compute basis: H200 at its measured bf16 matmul peak 788 TFLOP/s (989 datasheet) x {shape} "
         "MFU is against the datasheet peak")
 
@@ -722,8 +752,7 @@ def test_table_says_whether_each_layout_fits():
 
 
 def test_table_ends_with_the_basis_of_its_compute_term():
-    assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[-2] == plan.CALIBRATION.basis(
-        GPUS["L4"], L4_SHAPE, 84_535_299_538_944)  # 10,319,250,432 FLOPs per token x 8,192 tokens
+    assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[-2] == plan.CALIBRATION.basis(GPUS["L4"], L4_SHAPE, QWEN)
 
 
 def test_batch_line_prices_the_same_tokens_at_the_larger_batch():

@@ -34,6 +34,10 @@ from training.bench import BENCH_MODEL, Case
 # (triton_tem_), and attention (flash / fmha / cuDNN SDPA).
 _MATMUL = re.compile(r"gemm|xmma|cutlass|nvjet|wgmma|triton_tem_|flash|fmha|attention|sdpa", re.IGNORECASE)
 _COMMUNICATION = re.compile(r"nccl", re.IGNORECASE)
+# Memory-bound kernels whose names would match the above: inductor's pointwise/reduction kernels (named
+# after the ops they fuse, attention's included), flash attention's helpers (dO.O, dQ conversion,
+# accumulator clearing), cuBLAS's split-K reduction, and copies.
+_MEMORY = re.compile(r"^triton_(poi|red|per)_|dot_do_o|convert_dq|clear_dkv|splitKreduce|^Memcpy|^Memset")
 CLASSES = ("matmul", "memory", "communication")
 
 
@@ -41,7 +45,7 @@ def kernel_class(name: str) -> str:
     """matmul, memory or communication, by the kernel's name."""
     if _COMMUNICATION.search(name):
         return "communication"
-    if _MATMUL.search(name):
+    if not _MEMORY.search(name) and _MATMUL.search(name):
         return "matmul"
     return "memory"
 

@@ -155,6 +155,8 @@ class Calibration:
     """The reference GPU's kernel profile of one step on one GPU, by (activation checkpointing, tokens per
     micro-batch): (model TFLOP/s over the time of the matmul and attention kernels, recomputation included;
     microseconds of memory-bound kernels per token)."""
+    profiled_model: str
+    """The model (MODELS) the kernel profile ran."""
     link_efficiency: float
     """NCCL bus bandwidth of large collectives over the nominal link bandwidth."""
     activation_bytes: float
@@ -195,48 +197,69 @@ class Calibration:
             own = {t: e * ratio for (r, t), e in self.efficiency.items() if r != ac} | own
         return _interpolate(own, work.seq_len * work.micro_batch)
 
-    def kernel_profile(self, work: "Workload") -> tuple[float, float]:
+    def kernel_profile(self, work: "Workload", model: "ModelShape") -> tuple[float, float]:
         """(matmul TFLOP/s of model FLOPs, memory-bound microseconds per token) on the reference GPU at the
-        workload's shape. Per token, each is a cost per token plus a cost per micro-batch spread over its
-        tokens (casting and copying the gathered weights, adding the gradients): a + b / tokens, through the
-        two profiled sizes of its recomputation setting."""
+        workload's shape, for `model`. Each is a cost per token plus a cost per micro-batch spread over its
+        tokens: a + b / tokens, through the two profiled sizes of its recomputation setting. For a model other
+        than the profiled one, the memory-bound per-token cost (activations: normalisations, SwiGLU, RoPE)
+        scales with layers x hidden size, the per-micro-batch cost (casting and copying the gathered weights,
+        adding the gradients) with the parameter count."""
         own = {t: k for (r, t), k in self.kernels.items() if r == work.activation_checkpointing}
         tokens = work.seq_len * work.micro_batch
         seconds_per_tflop = _per_token_and_per_batch({t: 1 / k[0] for t, k in own.items()}, tokens)
-        return 1 / seconds_per_tflop, _per_token_and_per_batch({t: k[1] for t, k in own.items()}, tokens)
+        per_token, per_batch = _cost_terms({t: k[1] for t, k in own.items()})
+        profiled = MODELS[self.profiled_model]
+        activations = model.layers * model.hidden / (profiled.layers * profiled.hidden)
+        weights = model.params / profiled.params
+        return 1 / seconds_per_tflop, per_token * activations + per_batch * weights / tokens
 
-    def kernel_seconds(self, gpu: GpuSpec, work: "Workload", flops: float) -> tuple[float, float]:
-        """Seconds of matmul kernels and of memory-bound kernels for `flops` model FLOPs of this shape on `gpu`."""
-        matmul_tflops, memory_us = self.kernel_profile(work)
+    def kernel_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> tuple[float, float]:
+        """Seconds of matmul kernels and of memory-bound kernels of one step of `model` at this shape on `gpu`."""
+        matmul_tflops, memory_us = self.kernel_profile(work, model)
         reference = GPUS[self.reference_gpu]
+        flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
         matmul_s = flops / (matmul_tflops * 1e12) * self.matmul_peak(reference) / self.matmul_peak(gpu)
         memory_s = work.tokens_per_step * memory_us * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
         return matmul_s, memory_s
 
-    def compute_seconds(self, gpu: GpuSpec, work: "Workload", flops: float) -> float:
-        """The reference GPU's measured time, or the GPU's kernels scaled by its two ceilings if they take longer."""
-        measured = flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
-        return max(measured, sum(self.kernel_seconds(gpu, work, flops)))
+    def measured_seconds(self, work: "Workload", model: "ModelShape") -> float:
+        """The reference GPU's step compute at this shape: its measured efficiency applied to the model's FLOPs."""
+        flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
+        return flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
 
-    def basis(self, gpu: GpuSpec, work: "Workload", flops: float) -> str:
+    def host_seconds(self, work: "Workload", model: "ModelShape") -> float:
+        """What the host's launches take: the reference GPU's measured step of the profiled model at this shape
+        (at 1 x 2,048 the H200 idles 56% of it), per layer: launches grow with the layers, not with FLOPs."""
+        profiled = MODELS[self.profiled_model]
+        return self.measured_seconds(work, profiled) * model.layers / profiled.layers
+
+    def compute_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> float:
+        """The reference GPU's measured time; another GPU's kernels scaled by its two ceilings, or the host's time
+        if they take less."""
+        if gpu.name == self.reference_gpu:
+            return self.measured_seconds(work, model)
+        return max(self.host_seconds(work, model), sum(self.kernel_seconds(gpu, work, model)))
+
+    def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> str:
         """One line: what the compute term of this GPU rests on."""
         ref, tokens = self.reference_gpu, work.seq_len * work.micro_batch
         shape = f"{tokens:,} tokens per micro-batch{' with recomputation' if work.activation_checkpointing else ''}"
         measured = (f"{ref} at its measured bf16 matmul peak {self.matmul_peak(GPUS[ref]):.0f} TFLOP/s "
                     f"({GPUS[ref].bf16_tflops:g} datasheet) x {self.reference_efficiency(work):.1%} efficiency at {shape}")
-        matmul_s, memory_s = self.kernel_seconds(gpu, work, flops)
         if gpu.name == ref:
             return f"compute basis: {measured}; MFU is against the datasheet peak"
-        if matmul_s + memory_s <= self.compute_seconds(GPUS[ref], work, flops):
+        matmul_s, memory_s = self.kernel_seconds(gpu, work, model)
+        if matmul_s + memory_s <= self.host_seconds(work, model):
             return (f"compute basis: {gpu.name}'s kernels ({matmul_s:.2f} s matmul + {memory_s:.2f} s memory-bound) take "
-                    f"less than the {measured}: the {ref}'s time bounds it (host launches); MFU is against the datasheet peak")
+                    f"less than the host's launches, {self.host_seconds(work, model):.2f} s: the {ref}'s measured step of "
+                    f"{self.profiled_model} at {shape}, per layer; MFU is against the datasheet peak")
 
         def ceiling(value: float, measured_here: bool, datasheet: float, fraction: float, unit: str, what: str) -> str:
             if measured_here:
                 return f"{value:,.0f} {unit} measured"
             return f"{value:,.0f} {unit} = {datasheet:g} datasheet x {fraction:.3f}, the {ref}'s measured {what} fraction"
 
-        matmul_tflops, memory_us = self.kernel_profile(work)
+        matmul_tflops, memory_us = self.kernel_profile(work, model)
         peak = ceiling(self.matmul_peak(gpu), gpu.name in self.matmul_peak_tflops, gpu.bf16_tflops, self.peak_fraction,
                        "TFLOP/s", "matmul")
         bandwidth = ceiling(self.bandwidth(gpu), gpu.name in self.memory_bandwidth_gbps, gpu.memory_bandwidth_gbps,
@@ -247,11 +270,20 @@ class Calibration:
                 f"datasheet peak")
 
 
-def _per_token_and_per_batch(points: dict, tokens: float) -> float:
-    """A per-token cost a + b / tokens through the two profiled sizes (the smallest and the largest)."""
+def _cost_terms(points: dict) -> tuple[float, float]:
+    """(a, b) of a per-token cost a + b / tokens through the two profiled sizes (the smallest and the largest):
+    a per token, b per micro-batch. Both must come out positive, or the profile is not of this kind of cost."""
     small, large = min(points), max(points)
     b = (points[small] - points[large]) / (1 / small - 1 / large)
-    return points[large] - b / large + b / tokens
+    a = points[large] - b / large
+    if a <= 0 or b < 0:
+        raise ValueError(f"kernel profile {points}: not a per-token plus per-micro-batch cost (a={a:.4g}, b={b:.4g})")
+    return a, b
+
+
+def _per_token_and_per_batch(points: dict, tokens: float) -> float:
+    a, b = _cost_terms(points)
+    return a + b / tokens
 
 
 def _interpolate(points: dict, x: float) -> float:
@@ -292,6 +324,7 @@ CALIBRATION = Calibration(
                 (True, 2048): 0.142, (True, 32768): 0.595},
     kernels={(False, 2048): (683.0, 14.346), (True, 2048): (563.0, 14.650),
              (False, 32768): (719.0, 3.684), (True, 32768): (594.0, 3.840)},
+    profiled_model="qwen2.5-1.5b",
     link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
     source="2 x H200 benchmark runs of 2026-11-30 (docs/bench-results)",
 )
@@ -382,7 +415,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
-    compute_s = calibration.compute_seconds(cluster.gpu, work, flops)
+    compute_s = calibration.compute_seconds(cluster.gpu, work, model)
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
     # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without), the reductions.
     # The root's first gather must land before anything computes.
@@ -653,7 +686,7 @@ def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Cali
                     f"{e.inter_s:.2f} ({e.inter_bytes / 1e9:.1f}) | {e.bound} | {e.tokens_per_s_per_gpu:,.0f} | "
                     f"{e.mfu:.1%} | {e.memory_gib:.1f} | {'yes' if e.fits else 'NO'} | {_duration(e.run_s)} | "
                     f"{e.run_usd:,.2f} |")
-    rows.append(calibration.basis(cluster.gpu, work, model.flops_per_token(work.seq_len) * work.tokens_per_step))
+    rows.append(calibration.basis(cluster.gpu, work, model))
     rows.append(f"calibration: {calibration.source}")
     return "\n".join(rows)
 
