@@ -10,6 +10,7 @@ from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import make_optimizer, train_step
+from tests.process_group import leave
 
 
 def _run(rank: int, world: int, micro_batch: int, store: str, out: str, keep_gathered: bool = False) -> None:
@@ -32,7 +33,7 @@ def _run(rank: int, world: int, micro_batch: int, store: str, out: str, keep_gat
     weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
         torch.save({"losses": losses, "norms": norms, "weights": weights}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def run(world: int, micro_batch: int, tmp_path, keep_gathered: bool = False) -> dict:

@@ -11,6 +11,7 @@ from training.config import TrainConfig, validate
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import make_optimizer, train_step
+from tests.process_group import leave
 
 SEQ_LEN, BATCH_TOKENS = 32, 128  # 4 sequences per step: 1 worker x 4 micro-batches, 2 x 2, 4 x 1
 
@@ -30,7 +31,7 @@ def _run(rank: int, world: int, store: str, out: str) -> None:
         losses.append(loss.item() / world)
     if rank == 0:
         torch.save({"losses": losses, "grad_accum": cfg.grad_accum}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def run(world: int, tmp_path) -> dict:

@@ -20,6 +20,7 @@ from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model, device_mesh
 from training.step import make_optimizer, train_step
+from tests.process_group import leave
 
 STEPS, GRAD_ACCUM, GLOBAL_BATCH = 3, 2, 4
 # The functions torch.distributed offers for each kind; FSDP2 calls the *_single ones in torch 2.13.
@@ -77,7 +78,7 @@ def _worker(rank: int, world: int, sharding: str, per_node: int, store: str, out
         ckpt.save(save_to, model, optimizer, STEPS, STEPS * GRAD_ACCUM, rank)
     if rank == 0:
         torch.save({"losses": losses, "weights": weights, "cross_node_per_step": per_step}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def run(tmp_path, name: str, world: int, sharding: str = "full", per_node: int = 2, load_from=None, save_to=None) -> dict:

@@ -13,6 +13,7 @@ from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
+from tests.process_group import leave
 
 
 def _run(rank: int, store: str, out: str, poison: bool) -> None:
@@ -35,7 +36,7 @@ def _run(rank: int, store: str, out: str, poison: bool) -> None:
     result["optimizer_state"] = len(optimizer.state)
     result["grads_left"] = sum(p.grad is not None for p in model.parameters())
     torch.save(result, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def run(tmp_path, poison: bool) -> dict:
@@ -223,7 +224,7 @@ def _two_rank_evaluation(rank: int, store: str, out: str) -> None:
         batches = [batch([4, 5, -100, -100]), empty_batch(4)]
     result = evaluate(_SummedLabels(), batches, torch.device("cpu"))
     (Path(out) / f"{rank}.json").write_text(json.dumps(result))
-    dist.destroy_process_group()
+    leave()
 
 
 def test_validation_over_two_workers_is_the_mean_over_all_their_targets_and_padding_adds_nothing(tmp_path):
