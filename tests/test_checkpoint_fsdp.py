@@ -18,6 +18,7 @@ from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import make_optimizer, train_step
+from tests.process_group import leave
 
 BACKENDS = ["gloo"] + (["nccl"] if torch.cuda.device_count() >= 2 else [])
 
@@ -55,7 +56,7 @@ def _run(rank: int, world: int, backend: str, port: int, folder: str, out: str) 
                      device, 3)
     if rank == 0:
         torch.save({"step": step, "position": position, "uninterrupted": uninterrupted, "resumed": resumed}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def _free_port() -> int:

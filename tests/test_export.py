@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 from training.config import TrainConfig
 from training.export import ExportError, hf_weights, main
 from training.model import builtin_config
+from tests.process_group import leave
 
 DATA = Path(__file__).resolve().parent / "data"
 PROBE = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 300, 2]])
@@ -66,7 +67,7 @@ def _train_and_export(rank: int, world: int, port: int, model: str, run: str, li
     net.reshard()
     if rank == 0:
         torch.save(logits, out)
-    dist.destroy_process_group()
+    leave()
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 from training.data import synthetic_batches
 from training.model import CausalLMWithLoss, apply_fsdp, builtin_config
+from tests.process_group import leave
 
 MICRO_BATCHES = 16
 
@@ -52,7 +53,7 @@ def _worker(rank: int, store: str, reduce_dtype: str, out: str) -> None:
     accumulated = _grads(model)
     error = ((accumulated - reference).norm() / reference.norm()).item()
     torch.save({"error": error}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 @pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
@@ -82,7 +83,7 @@ def _wire_worker(rank: int, store: str, out: str) -> None:
         grads[wire] = torch.cat([p.grad.full_tensor().double().flatten() for p in model.parameters()])
     if rank == 0:
         torch.save({"error": ((grads["bf16"] - grads["fp32"]).norm() / grads["fp32"].norm()).item()}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def test_a_bf16_wire_rounds_the_reduce_scatter_once_and_keeps_its_mean(tmp_path):

@@ -10,6 +10,7 @@ import torch.multiprocessing as mp
 from training import train
 from training.config import TrainConfig
 from training.plan import LayoutError
+from tests.process_group import leave
 
 # Six workers on two 4-GPU nodes: Ray places four on one node and two on the other.
 UNEVEN = ["node-a"] * 4 + ["node-b"] * 2
@@ -60,7 +61,7 @@ def _resume_worker(rank: int, store: str, out: str) -> None:
 
     chosen = train.rank0_choice(listing, rank)
     torch.save({"chosen": chosen, "listed": calls}, f"{out}.{rank}")
-    dist.destroy_process_group()
+    leave()
 
 
 def test_every_rank_resumes_from_rank_0s_choice(tmp_path):

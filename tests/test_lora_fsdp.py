@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from training.config import TrainConfig
+from tests.process_group import leave
 
 LORA = {"lora_rank": 4, "lora_alpha": 8.0, "lora_target_modules": "all-linear"}
 PROBE = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 300, 2]])
@@ -84,7 +85,7 @@ def _run(rank: int, world: int, port: int, folder: str) -> None:
     if rank == 0:
         torch.save({"initial": initial, "trained": trained, "losses": losses, "resumed": resumed, "logits": logits,
                     "with_gradients": with_gradients, "optimizer_params": optimizer_params}, f"{folder}/result.pt")
-    dist.destroy_process_group()
+    leave()
 
 
 def run(world: int, folder) -> dict:
@@ -186,7 +187,7 @@ def _dropout(rank: int, port: int, out: str) -> None:
         training = [model(**batches[0]).item() for _ in range(2)]
     evaluated = [evaluate(model, batches, device)[0] for _ in range(2)]
     torch.save({"training": training, "evaluated": evaluated, "mode_after": model.training}, out)
-    dist.destroy_process_group()
+    leave()
 
 
 def test_validation_runs_without_adapter_dropout_and_training_resumes_with_it(tmp_path):

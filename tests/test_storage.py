@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 
 from training.storage import (_filesystem, checkpoint_complete, complete_checkpoints, download_prefix, latest_checkpoint,
                               local_model_path, write_text)
+from tests.process_group import leave
 
 
 def _save_two_ranks(rank: int, store: str, folder: str, step: int) -> None:
@@ -30,7 +31,7 @@ def _save_two_ranks(rank: int, store: str, folder: str, step: int) -> None:
         from training.checkpoint import write_train_state
 
         write_train_state(folder, step, step)
-    dist.destroy_process_group()
+    leave()
 
 
 @pytest.fixture(scope="module")
