@@ -89,3 +89,13 @@ def only(template: Template, resource_type: str, predicate=lambda r: True) -> di
     matches = [r for r in resources_of(template, resource_type).values() if predicate(r)]
     assert len(matches) == 1, f"expected one {resource_type}, found {len(matches)}"
     return matches[0]
+
+
+def local_ray(num_cpus: int):
+    """A local Ray for a test module's fixture (yield from it): quiet, one thread per worker, no dashboard."""
+    import ray
+
+    ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR",
+             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()

@@ -12,18 +12,15 @@ import ray
 import torch
 import torch.distributed as dist
 
-from tests.conftest import DATA
+from tests.conftest import DATA, local_ray
 from training.config import TrainConfig
 from training.data import DataFormat, dataset_batches, packed_dataset
 from training.tiny_model import save_tiny_model
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+def ray_for_the_module():
+    yield from local_ray(2)
 
 
 @pytest.fixture(scope="module")

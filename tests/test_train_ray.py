@@ -8,12 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 
 from training.config import TrainConfig, validate
 from training.train import fit
-from tests.conftest import DATA
+from tests.conftest import DATA, local_ray
 from training.tiny_model import save_tiny_model
 
 STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
@@ -22,11 +21,8 @@ SHAPE = {"micro_batch": 2, "grad_accum": 2}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=3, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+def ray_for_the_module():
+    yield from local_ray(3)
 
 
 def config(tmp_path, name: str, **overrides) -> TrainConfig:
