@@ -763,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _unwritable_folder(out: Path) -> str | None:
+def unwritable_folder(out: Path) -> str | None:
     """Why the results cannot be written to this folder (made if missing), or None: found before
     the GPUs are booked, not at the first result."""
     if out.exists() and not out.is_dir():
@@ -809,7 +809,7 @@ def check_args(args) -> str | None:
         return f"--warmup/--steps: {args.warmup}/{args.steps} must both be at least 1"
     if args.gpus is not None and args.gpus < 1:
         return f"--gpus: {args.gpus} must be at least 1"
-    unwritable = _unwritable_folder(Path(args.out))
+    unwritable = unwritable_folder(Path(args.out))
     if unwritable:
         return f"--out: {args.out!r} is not a writable folder ({unwritable})"
     if args.cpu:

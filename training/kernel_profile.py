@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.bench import BENCH_MODEL, Case
+from training.bench import BENCH_MODEL, Case, matmul_rates, unwritable_folder
 
 # Tensor-core kernels: cuBLAS (sm90_xmma, nvjet, *gemm*), CUTLASS, inductor's matmul templates
 # (triton_tem_), and attention (flash / fmha / cuDNN SDPA).
@@ -177,14 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per shape")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / ".write-test").write_text("")
-        (out / ".write-test").unlink()
-    except OSError as error:
-        print(f"error: --out: {args.out!r} is not a writable folder ({error.strerror})", file=sys.stderr)
+    unwritable = unwritable_folder(out)
+    if unwritable:
+        print(f"error: --out: {args.out!r} is not a writable folder ({unwritable})", file=sys.stderr)
         return 2
-    chosen = SHAPES if args.shapes is None else tuple(SHAPES[int(i)] for i in args.shapes.split(","))
+    indexes = range(len(SHAPES)) if args.shapes is None else args.shapes.split(",")
+    if any(not str(i).isdigit() or int(i) >= len(SHAPES) for i in indexes):
+        print(f"error: --shapes: {args.shapes!r} must be comma-separated indexes from 0 to {len(SHAPES) - 1}",
+              file=sys.stderr)
+        return 2
+    chosen = tuple(SHAPES[int(i)] for i in indexes)
     import torch
     import torch.distributed as dist
 
@@ -198,8 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
                     "model": args.model, "shapes": []}
     if cuda:
-        from training.bench import matmul_rates
-
         result["matmul_tflops"] = matmul_rates(device)
         result["copy_gbps"] = copy_bandwidth_gbps(device)
     path = out / "kernel-profile.json"

@@ -249,9 +249,10 @@ class Calibration:
         if gpu.name == ref:
             return f"compute basis: {measured}; MFU is against the datasheet peak"
         matmul_s, memory_s = self.kernel_seconds(gpu, work, model)
-        if matmul_s + memory_s <= self.host_seconds(work, model):
+        host_s = self.host_seconds(work, model)
+        if matmul_s + memory_s <= host_s:
             return (f"compute basis: {gpu.name}'s kernels ({matmul_s:.2f} s matmul + {memory_s:.2f} s memory-bound) take "
-                    f"less than the host's launches, {self.host_seconds(work, model):.2f} s: the {ref}'s measured step of "
+                    f"less than the host's launches, {host_s:.2f} s: the {ref}'s measured step of "
                     f"{self.profiled_model} at {shape}, per layer; MFU is against the datasheet peak")
 
         def ceiling(value: float, measured_here: bool, datasheet: float, fraction: float, unit: str, what: str) -> str:
