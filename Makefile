@@ -114,11 +114,12 @@ bench: $(VENV)/.train-deps
 	NCCL_NVLS_ENABLE=$${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=$${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
 	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m training.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
 
-# peft and the two of its dependencies a bare GPU machine lacks, as wheels in .whl/: `--suite lora`
-# installs them from there (offline) when peft is missing; carry .whl to that machine.
+# peft and the two of its dependencies a bare GPU machine lacks, and the peer recipe's liger-kernel
+# (pure Python on torch and Triton), as wheels in .whl/: `--suite lora` and `--suite mfu` install
+# them from there (offline) when missing; carry .whl to that machine.
 bench-wheels: $(VENV)/.train-deps
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d .whl \
-		$$(grep '^peft==' requirements-train.txt) accelerate==1.15.0 psutil==7.2.2
+		$$(grep '^peft==' requirements-train.txt) accelerate==1.15.0 psutil==7.2.2 liger-kernel==0.8.5
 
 clean:
 	rm -rf cdk.out .pytest_cache mutants

@@ -93,7 +93,7 @@ def test_plan_on_one_gpu_has_no_scaling_group():
 
 
 def test_every_planned_case_is_a_valid_trainer_config():
-    for suite in ("full", "variants", "smoke"):
+    for suite in ("full", "variants", "smoke", "mfu", "accumulation", "layouts"):
         for group in bench.plan(suite, gpus=2):
             for case in group.cases:
                 case.train_config(bench.BENCH_MODEL)  # raises ConfigError when a variant is malformed
@@ -206,3 +206,73 @@ def test_the_lora_suite_without_peft_or_its_wheels_is_one_line(tmp_path, monkeyp
     assert bench.main(["--cpu", "--suite", "lora", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --suite lora: peft is not installed and {tmp_path / 'no-wheels'} "
                                                "holds no wheels (make bench-wheels, then carry .whl)")
+
+
+# ------------------------------------------------------------------ --suite mfu: the levers and the peer
+
+
+def test_mfu_suite_undoes_each_kept_change_alone_and_runs_the_peer_in_its_own_process():
+    groups = {g.name: g for g in bench.plan("mfu", gpus=2)}
+    main = [(c.name, c.levers) for c in groups["main"].cases]
+    assert main[0] == ("trainer, h200 profile (default)", ())
+    assert sorted(levers for _, levers in main[1:]) == [("copied-accumulation",), ("host-guard",),
+                                                       ("host-guard", "copied-accumulation")]
+    # Liger patches Hugging Face's Qwen2 classes for the whole process: the peer runs alone.
+    assert [c.recipe for c in groups["peer"].cases] == ["liger"]
+    every = [name for g in groups.values() for c in g.cases for name in c.levers]
+    assert set(every) <= set(bench.LEVERS) and "liger-kernels" in every
+
+
+def test_a_lever_is_compared_with_the_default_of_its_own_group():
+    """Ratios and loss gaps by hand: main default 50,000 tok/s; a lever at 50,500 (1.010x) whose losses
+    differ by at most 0.002; a second group's own default at 40,000 and its lever at 30,000 (0.750x)."""
+    settings = {"micro_batch": 8}
+    default = {"name": "d", "group": "main", "recipe": "trainer", "levers": [], "settings": settings,
+               "tokens_per_s_per_gpu": 50_000, "losses": [12.0, 11.5]}
+    rows = [default,
+            {"name": "fast", "group": "main", "recipe": "trainer", "levers": ["x"], "settings": settings,
+             "tokens_per_s_per_gpu": 50_500, "losses": [12.002, 11.499]},
+            {"name": "d", "group": "tried", "recipe": "trainer", "levers": [], "settings": settings,
+             "tokens_per_s_per_gpu": 40_000, "losses": [12.0, 11.5]},
+            {"name": "slow", "group": "tried", "recipe": "trainer", "levers": ["y"], "settings": settings,
+             "tokens_per_s_per_gpu": 30_000, "losses": [12.0, 11.5]},
+            {"name": "peer", "group": "peer", "recipe": "liger", "levers": [], "settings": settings,
+             "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]}]
+    assert bench.lever_lines(default, rows) == [
+        "fast: 1.010x the default's tokens/s (main group), largest loss gap 0.0020, attention n/a",
+        "slow: 0.750x the default's tokens/s (tried group), largest loss gap 0.0000, attention n/a"]
+
+
+def test_the_mfu_suite_without_liger_or_its_wheels_is_one_line(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
+    assert bench.main(["--cpu", "--suite", "mfu", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --suite mfu: liger_kernel is not installed and "
+                                               f"{tmp_path / 'no-wheels'} holds no wheels (make bench-wheels, then carry .whl)")
+
+
+# ------------------------------------------------------------------ the emulated link: model against measurement
+
+
+def _layout_row(group: str, name: str, step_s: float, tokens_per_s: float) -> dict:
+    settings = {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": True,
+                "loss_chunk_tokens": 2048, "sharding": "hybrid", "reshard_after_forward": True, "reduce_dtype": "bf16"}
+    return {"group": group, "name": name, "settings": settings, "step_time_s": step_s,
+            "tokens_per_s_per_gpu": tokens_per_s, "flops_per_token": 6 * QWEN_1_5B_PARAMS + 12 * 28 * 12 * 128 * 2048}
+
+
+def test_a_sockets_case_is_paired_with_its_nvlink_twin_and_the_twin_predicts_itself():
+    """On a link a thousand times faster than the data, the model fed a case's own compute time must give
+    back that case's measured step (within 1%); a sockets case with no NVLink twin is left out."""
+    rows = [_layout_row("accumulation-nvlink", "hybrid, bf16 on the wire, grad_accum 4, NVLink", 0.7, 8192 / 0.7),
+            _layout_row("accumulation-sockets", "hybrid, bf16 on the wire, grad_accum 4, sockets", 1.5, 8192 / 1.5),
+            _layout_row("accumulation-sockets", "hybrid, fp32 on the wire, grad_accum 4, sockets", 2.1, 8192 / 2.1)]
+    links = {"accumulation-nvlink": {"all_gather layer": {"busbw_gbps": 3000.0}},
+             "accumulation-sockets": {"all_gather layer": {"busbw_gbps": 3.0}}}
+    out = bench.emulation_rows(rows, links, bench.BENCH_MODEL)
+    assert [r["name"] for r in out] == [rows[0]["name"], rows[1]["name"]]
+    assert out[0]["predicted_run_compute_step_s"] == pytest.approx(0.7, rel=0.01)
+    assert out[1]["predicted_run_compute_step_s"] > 0.7  # the slow link adds to the same compute

@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
-from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
+from training.step import NonFiniteStep, evaluate, make_optimizer, skips_on_device, train_step
 from tests.process_group import leave
 
 
@@ -56,6 +56,67 @@ def test_a_finite_step_updates_every_weight(tmp_path):
     result = run(tmp_path, poison=False)
     assert "error" not in result and result["norm"] > 0
     assert len(result["changed"]) >= 10 and result["optimizer_state"] > 0
+
+
+# ------------------------------------------------------------------ the GPU's guard: fused AdamW skips on the device
+# On GPU the optimizer is fused AdamW, launched before the host sees the step's loss and norm, with a found_inf
+# flag; fused AdamW also runs on CPU, so the same path runs here, on FSDP2's DTensors, after a good step (so
+# there are moments and a step count to keep).
+
+
+def _run_fused(rank: int, store: str, out: str, poison: bool) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    device = torch.device("cpu")
+    model = build_model(TrainConfig(model="tiny", seq_len=16, micro_batch=2, seed=3), device, 0, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    batches = synthetic_batches("pattern", 3, model.config.vocab_size, 16, 2, 0, 1)
+    train_step(model, optimizer, batches, grad_accum=1, grad_clip=1.0, lr=1e-3, device=device)
+    weights = {k: v.full_tensor().clone() for k, v in model.state_dict().items()}
+    state = [{k: v.full_tensor().clone() if hasattr(v, "full_tensor") else v.clone() for k, v in s.items()}
+             for s in optimizer.state.values()]
+    if poison:
+        model.register_forward_hook(lambda module, args, output: output * float("nan"))
+    result = {"skips_on_device": skips_on_device(optimizer)}
+    try:
+        train_step(model, optimizer, batches, grad_accum=1, grad_clip=1.0, lr=1e-3, device=device)
+    except NonFiniteStep as error:
+        result["error"] = str(error)
+    result["changed_weights"] = sum(not torch.equal(weights[k], v.full_tensor()) for k, v in model.state_dict().items())
+    result["changed_state"] = sum(
+        not torch.equal(before[k], v.full_tensor() if hasattr(v, "full_tensor") else v)
+        for before, now in zip(state, optimizer.state.values()) for k, v in now.items())
+    result["steps"] = sorted({float(s["step"]) for s in optimizer.state.values()})
+    result["found_inf_left"] = hasattr(optimizer, "found_inf")
+    torch.save(result, out)
+    leave()
+
+
+def run_fused(tmp_path, poison: bool) -> dict:
+    out = tmp_path / f"fused-{poison}.pt"
+    mp.spawn(_run_fused, args=(str(tmp_path / f"store-fused-{poison}"), str(out), poison), nprocs=1)
+    return torch.load(out)
+
+
+def test_fused_adamw_skips_a_nan_step_on_the_device_leaving_weights_moments_and_count(tmp_path):
+    result = run_fused(tmp_path, poison=True)
+    assert result["skips_on_device"] and result["error"] == "loss nan / gradient norm nan is not finite"
+    assert result["changed_weights"] == 0 and result["changed_state"] == 0
+    assert result["steps"] == [1.0] and not result["found_inf_left"]
+
+
+def test_fused_adamw_takes_a_finite_step(tmp_path):
+    """The control: the same second step without the NaN moves weights, moments and the count (to 2)."""
+    result = run_fused(tmp_path, poison=False)
+    assert "error" not in result and result["changed_weights"] >= 10 and result["changed_state"] >= 20
+    assert result["steps"] == [2.0] and not result["found_inf_left"]
+
+
+def test_only_fused_optimizers_are_handed_found_inf():
+    weight = torch.nn.Parameter(torch.ones(2))
+    assert skips_on_device(torch.optim.AdamW([weight], fused=True))
+    assert skips_on_device(torch.optim.SGD([weight], lr=0.1, fused=True))
+    assert not skips_on_device(torch.optim.AdamW([weight]))  # foreach AdamW raises on found_inf
+    assert not skips_on_device(torch.optim.SGD([weight], lr=0.1))
 
 
 # ------------------------------------------------------------------ the guard and evaluation, in one process

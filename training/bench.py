@@ -16,6 +16,7 @@ per group.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -43,9 +44,13 @@ BENCH_MODEL = "qwen2.5-1.5b"
 # LoRA against full fine-tuning (--suite lora): both model sizes, one adapter rank.
 LORA_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b")
 LORA_RANK = 16
-# peft and its two missing dependencies as wheels (`make bench-wheels`), for a GPU machine without
-# them: installed into OUT/site-packages, never into its environment.
+# peft (and its two missing dependencies) and liger-kernel as wheels (`make bench-wheels`), for a GPU
+# machine without them: installed into OUT/site-packages, never into its environment.
 WHEELS = Path(__file__).resolve().parent.parent / ".whl"
+# The peer recipe of --suite mfu: what a user of TRL or accelerate writes for the same job (FSDP2 over
+# Hugging Face's model, Liger's Triton kernels for RoPE, RMSNorm, SwiGLU and the fused linear loss,
+# no torch.compile, fused AdamW, gradient clipping at 1.0).
+PEER_MODULE = "liger_kernel"
 
 
 @dataclass
@@ -63,6 +68,8 @@ class Case:
     """After the timed steps, the loss on this many held-out micro-batches per GPU (pattern data)."""
     model: str | None = None
     """A built-in config other than the run's --model."""
+    levers: tuple[str, ...] = ()
+    """Benchmark-only changes to the trainer (LEVERS), to measure before one becomes the trainer's."""
 
     def train_config(self, model: str) -> TrainConfig:
         settings = {"data": "random", **GPU_PROFILES[self.profile], **self.overrides}
@@ -127,12 +134,146 @@ def plan(suite: str, gpus: int) -> list[Group]:
     ]
     if suite == "variants":
         return [Group("main", gpus, [default, *variants, *example], measure_matmul=True)]
+    if suite == "mfu":
+        return mfu_groups(default, gpus)
     groups = [Group("main", gpus, [default, *example], measure_matmul=True)]
     groups += [Group(f"l4-world{world}", world, [l4]) for world in l4_worlds]
     groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
     if gpus > 1:
         groups.append(Group("world1", 1, [Case(f"{default.name}, one GPU")]))
     return groups
+
+
+# --suite mfu: the levers on the h200 profile's step, each alone and the promising ones together,
+# next to the peer recipe in the same run. A lever is entered around the case's model build and steps.
+
+
+@contextlib.contextmanager
+def _cudnn_attention():
+    """SDPA tries cuDNN's attention first (Hopper kernels), then flash, efficient, math."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    with sdpa_kernel(order, set_priority=True):
+        yield
+
+
+@contextlib.contextmanager
+def _repeat_kv():
+    """Hugging Face's SDPA call expands the 2 key/value heads to 12 instead of passing enable_gqa
+    (a backend without grouped-query support then still qualifies)."""
+    from transformers.integrations import sdpa_attention
+
+    original = sdpa_attention.use_gqa_in_sdpa
+    sdpa_attention.use_gqa_in_sdpa = lambda *args, **kwargs: False
+    try:
+        yield
+    finally:
+        sdpa_attention.use_gqa_in_sdpa = original
+
+
+@contextlib.contextmanager
+def _coordinate_descent():
+    """Inductor tunes the launch configuration of its generated (norm, SwiGLU, loss) kernels."""
+    import torch._inductor.config as inductor
+
+    with inductor.patch(coordinate_descent_tuning=True):
+        yield
+
+
+@contextlib.contextmanager
+def _liger_kernels():
+    """Liger's RoPE, RMSNorm and SwiGLU modules in place of Hugging Face's, inside the trainer's compiled
+    layers (its own fused loss stays)."""
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+    from transformers.models.qwen2 import modeling_qwen2
+
+    names = ("Qwen2RMSNorm", "Qwen2MLP", "apply_rotary_pos_emb")
+    saved = {name: getattr(modeling_qwen2, name) for name in names}
+    apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                fused_linear_cross_entropy=False)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(modeling_qwen2, name, value)
+
+
+@contextlib.contextmanager
+def _host_guard():
+    """The step's finiteness guard as it was: the host waits for the loss and the norm, then launches
+    the update (training.step.train_step now launches a fused optimizer first, told to skip on the device)."""
+    import training.step
+
+    original = training.step.skips_on_device
+    training.step.skips_on_device = lambda optimizer: False
+    try:
+        yield
+    finally:
+        training.step.skips_on_device = original
+
+
+@contextlib.contextmanager
+def _copied_accumulation():
+    """The fused loss's head-gradient sum as it was: each chunk's fp32 product into a new tensor, copied
+    into the accumulator (now added in place)."""
+    import torch
+
+    import training.loss
+
+    original = training.loss._add_outer_fp32
+    training.loss._add_outer_fp32 = lambda accumulator, grad_logits, chunk: accumulator.copy_(
+        torch.addmm(accumulator, grad_logits.t(), chunk, out_dtype=torch.float32))
+    try:
+        yield
+    finally:
+        training.loss._add_outer_fp32 = original
+
+
+# Levers that are process settings: each runs the default case in its own torchrun.
+MFU_ENV_GROUPS = {"expandable-segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                  "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}}
+LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
+          "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
+          "host-guard": _host_guard, "copied-accumulation": _copied_accumulation}
+
+
+def attention_backend(device, cfg: TrainConfig) -> str:
+    """The SDPA backend the dispatcher picks for this model's attention call (causal, grouped-query as
+    Hugging Face passes it unless repeat-kv is entered), under the levers entered now."""
+    import torch
+    from torch.nn.attention import SDPBackend
+    from transformers.integrations import sdpa_attention
+
+    from training.model import model_config
+
+    config = model_config(cfg)
+    head = config.hidden_size // config.num_attention_heads
+    gqa = sdpa_attention.use_gqa_in_sdpa(None, torch.empty(1, head), torch.empty(1, head))
+    kv_heads = config.num_key_value_heads if gqa else config.num_attention_heads
+    q = torch.empty(cfg.micro_batch, config.num_attention_heads, cfg.seq_len, head, device=device, dtype=torch.bfloat16,
+                    requires_grad=True)
+    kv = torch.empty(cfg.micro_batch, kv_heads, cfg.seq_len, head, device=device, dtype=torch.bfloat16, requires_grad=True)
+    choice = torch._fused_sdp_choice(q, kv, kv, None, 0.0, True, scale=None, enable_gqa=gqa)
+    return f"{SDPBackend(choice).name}{' (enable_gqa)' if gqa else ' (key/value heads repeated)'}"
+
+
+def mfu_groups(default: Case, gpus: int) -> list[Group]:
+    """The h200 step's levers (issue: 75% MFU at world size 2), the peer recipe, and two NCCL/allocator settings."""
+    def lever(*names: str, **overrides) -> Case:
+        label = " + ".join([*names, *(f"{k} {v}" for k, v in overrides.items())])
+        return Case(f"trainer, {label}", levers=names, overrides=overrides)
+
+    # The trainer's changes, each undone alone (the default has both), and the levers tried that did not pay.
+    kept = [default, lever("host-guard"), lever("copied-accumulation"), lever("host-guard", "copied-accumulation")]
+    tried = [lever("cudnn-attention"), lever("cudnn-attention", "repeat-kv"), lever("coordinate-descent"),
+             lever("liger-kernels"), lever(reduce_dtype="bf16"), lever(loss_chunk_tokens=16384),
+             lever("cudnn-attention", "coordinate-descent")]
+    envs = [Group(name, gpus, [dataclasses.replace(default, name=f"trainer, {name}")], env=env)
+            for name, env in MFU_ENV_GROUPS.items()]
+    return [Group("main", gpus, kept, measure_matmul=True),
+            Group("peer", gpus, [Case("peer: FSDP2 + Liger kernels, no compile", recipe="liger")]),
+            Group("tried", gpus, [default, *tried]), *envs]
 
 
 def lora_groups(gpus: int) -> list[Group]:
@@ -189,6 +330,10 @@ def layout_groups() -> list[Group]:
 # with fp32 accumulation (the trainer now), and bf16 accumulation (before), at 4 and 16 micro-batches,
 # 300 steps of learnable data from the same seed; then their speed on the emulated 40 Gbit/s link.
 ACCUMULATION_VARIANTS = (("fp32", False), ("bf16", False), ("bf16", True))
+# Layouts of the speed cases: hybrid (one cross-node all-reduce per step) and full sharding with the
+# weights kept gathered through the micro-batches (one gather per step); plain full gathers twice per
+# micro-batch, 16 x 3 GB at 16 micro-batches, minutes per step on the emulated link.
+ACCUMULATION_LAYOUTS = {"hybrid": {"sharding": "hybrid"}, "full+gathered": {"sharding": "full", "reshard_after_forward": False}}
 
 
 def accumulation_name(dtype: str, legacy: bool, grad_accum: int) -> str:
@@ -203,11 +348,16 @@ def accumulation_groups() -> list[Group]:
                             "steps": 300, "seq_len": 512, "micro_batch": 1, "grad_accum": accum,
                             "activation_checkpointing": False, "compile": False})
             for accum in (4, 16) for dtype, legacy in ACCUMULATION_VARIANTS]
-    speed = [Case(accumulation_name(dtype, legacy, accum) + ", sockets", profile="l4", legacy_bf16_accumulation=legacy,
-                  overrides={"sharding": "hybrid", "reduce_dtype": dtype, "grad_accum": accum})
-             for accum in (4, 16) for dtype, legacy in ACCUMULATION_VARIANTS if not legacy]  # same bytes as bf16
+    # The speed of each layout's reduction at 4 and 16 micro-batches (bf16 accumulation sends the same
+    # bytes as bf16 on the wire); over NVLink too, which gives the same cases' compute time.
+    speed = [Case(f"{layout}, {dtype} on the wire, grad_accum {accum}", profile="l4",
+                  overrides={**ACCUMULATION_LAYOUTS[layout], "reduce_dtype": dtype, "grad_accum": accum})
+             for layout in ACCUMULATION_LAYOUTS for accum in (4, 16) for dtype in ("fp32", "bf16")]
     return [Group("accumulation-loss", 2, loss, gpus_per_node=1),
-            Group("accumulation-sockets", 2, speed, env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True)]
+            Group("accumulation-nvlink", 2, [dataclasses.replace(c, name=f"{c.name}, NVLink") for c in speed],
+                  gpus_per_node=1, measure_links=True),
+            Group("accumulation-sockets", 2, [dataclasses.replace(c, name=f"{c.name}, sockets") for c in speed],
+                  env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True)]
 
 
 # ---------------------------------------------------------------- the worker (one per GPU)
@@ -265,7 +415,7 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
 
     from training.metrics import model_flops_per_token, peak_memory_gib
 
-    result = {"name": case.name, "recipe": case.recipe, "settings": dataclasses.asdict(cfg),
+    result = {"name": case.name, "recipe": case.recipe, "levers": list(case.levers), "settings": dataclasses.asdict(cfg),
               "memory_cap_gib": case.memory_cap_gib, "tokens_per_step_per_gpu": cfg.tokens_per_step_per_worker}
     if device.type == "cuda":
         torch.cuda.set_per_process_memory_fraction(
@@ -273,17 +423,29 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
             if case.memory_cap_gib else 1.0, device)
         torch.cuda.reset_peak_memory_stats(device)
         result["device"] = torch.cuda.get_device_name(device)
-    if case.recipe == "example" and device.type != "cuda":
-        return result | {"error": "FSDP1 needs a GPU"}
+    if case.recipe != "trainer" and device.type != "cuda":
+        return result | {"error": "FSDP1 needs a GPU" if case.recipe == "example" else "Liger's kernels need a GPU"}
+    if device.type == "cuda":
+        torch._dynamo.reset()  # each case compiles afresh: no recompile limit reached, no graph of another lever
     model = optimizer = None
     try:
-        if case.recipe == "trainer":
-            model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state, gpus_per_node,
-                                                   case.legacy_bf16_accumulation)
-        else:
-            model, optimizer, step = _example_step(cfg, device, rank, world)
-        result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
-        timing = time_steps(step, warmup, cfg.steps if cfg.data == "pattern" else steps, device)
+        with contextlib.ExitStack() as levers:
+            for name in case.levers:
+                levers.enter_context(LEVERS[name]())
+            if device.type == "cuda":
+                try:
+                    result["attention_backend"] = attention_backend(device, cfg)
+                except Exception as error:  # a probe, not the measurement
+                    result["attention_backend"] = f"unknown ({type(error).__name__}: {error})"[:200]
+            if case.recipe == "trainer":
+                model, optimizer, step = _trainer_step(cfg, device, rank, world, full_state, gpus_per_node,
+                                                       case.legacy_bf16_accumulation)
+            elif case.recipe == "liger":
+                model, optimizer, step = _peer_step(cfg, device, rank, world)
+            else:
+                model, optimizer, step = _example_step(cfg, device, rank, world)
+            result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
+            timing = time_steps(step, warmup, cfg.steps if cfg.data == "pattern" else steps, device)
         result |= timing | {"peak_mem_gib": peak_memory_gib(device),
                             "peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30 if device.type == "cuda" else 0.0}
         if case.evaluate_batches:
@@ -386,6 +548,41 @@ def _example_step(cfg: TrainConfig, device, rank: int, world: int):
         return loss.detach()
 
     return model, optimizer, step
+
+
+def _peer_step(cfg: TrainConfig, device, rank: int, world: int):
+    """The peer recipe (PEER_MODULE): Hugging Face's model with Liger's kernels patched in, as TRL's
+    use_liger_kernel does; FSDP2 per decoder layer and the root, bf16 compute, fp32 weights and
+    reduction, weights resharded after forward (FSDP2's default); Hugging Face's mean loss."""
+    import torch
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoModelForCausalLM
+
+    from training.data import synthetic_batches
+    from training.model import model_config
+
+    torch.manual_seed(cfg.seed)
+    with device:
+        lm = AutoModelForCausalLM.from_config(model_config(cfg), dtype=torch.float32, attn_implementation="sdpa")
+    apply_liger_kernel_to_qwen2(model=lm)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in lm.model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(lm, mp_policy=mp)
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=cfg.lr, fused=True)
+    batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
+
+    def step(i: int):
+        input_ids = next(batches)["input_ids"].to(device)
+        loss = lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return lm, optimizer, step
 
 
 def time_steps(step, warmup: int, steps: int, device) -> dict:
@@ -536,11 +733,32 @@ def comparisons(rows: list[dict]) -> list[str]:
     for r in rows:
         if r["recipe"] == "example" and r.get("tokens_per_s_per_gpu"):
             out.append(f"trainer default / {r['name']}: {base / r['tokens_per_s_per_gpu']:.1f}x tokens/s per GPU")
+        if r["recipe"] == "liger" and r.get("tokens_per_s_per_gpu"):
+            out.append(f"trainer default / {r['name']}: {base / r['tokens_per_s_per_gpu']:.3f}x tokens/s per GPU")
+    out += lever_lines(default, rows)
     for r in by_name.values():
         if r["group"] == "sockets":
             out.append(f"normal NCCL path / sockets only: {base / r['tokens_per_s_per_gpu']:.2f}x tokens/s per GPU")
         if r["group"] == "world1":
             out.append(f"scaling 1 -> {default['world_size']} GPUs: {base / r['tokens_per_s_per_gpu'] * 100:.1f}% of one GPU's tokens/s per GPU")
+    return out
+
+
+def lever_lines(default: dict, rows: list[dict]) -> list[str]:
+    """Each lever case (--suite mfu) against the default: its tokens/s ratio and how far its losses
+    strayed from the default's, step by step (same seed and data: a lever must not change the loss)."""
+    # A group's own default case (same process) where it has one, else the main group's.
+    defaults = {r["group"]: r for r in rows if r["name"] == default["name"] and r.get("tokens_per_s_per_gpu")}
+    out = []
+    for r in rows:
+        base = defaults.get(r["group"], default)
+        if r is base or r["recipe"] != "trainer" or not r.get("tokens_per_s_per_gpu") or not (
+                r.get("levers") or r["settings"] != base["settings"] or r["group"] in MFU_ENV_GROUPS):
+            continue
+        gap = max((abs(a - b) for a, b in zip(base.get("losses", []), r.get("losses", []))), default=float("nan"))
+        out.append(f"{r['name']}: {r['tokens_per_s_per_gpu'] / base['tokens_per_s_per_gpu']:.3f}x the default's "
+                   f"tokens/s ({base['group']} group), largest loss gap {gap:.4f}, attention "
+                   f"{r.get('attention_backend', 'n/a')}")
     return out
 
 
@@ -579,38 +797,48 @@ def run_group(group: Group, out: Path, args) -> int:
         return proc.wait()
 
 
-def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) -> list[dict]:
-    """training.plan's step time for each layout case next to the measured one.
+# Sockets groups and the NVLink group (and name suffix) of the same cases, which gives their compute time.
+EMULATION_PAIRS = {"layouts-sockets": ("layouts-nvlink", ""), "accumulation-sockets": ("accumulation-nvlink", ", NVLink")}
 
-    The link is calibrated by the same run's all-gather bus bandwidth at one decoder layer's size (in the
-    case's NCCL environment); the compute term by the same case's MFU over NVLink, where communication
-    is small. What the sockets cases then test is the model's traffic and overlap arithmetic.
+
+def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) -> list[dict]:
+    """training.plan's step time for each emulated-link case next to the measured one, twice.
+
+    The link is the same run's all-gather bus bandwidth at one decoder layer's size (in the case's NCCL
+    environment). "predicted" takes the compute time from the planner's own calibration: the whole model
+    under test. "predicted, run's compute" takes it from the same case over NVLink in this run, where
+    communication is small: what it then tests is the traffic and overlap arithmetic alone.
     """
     from training.hardware import GPUS
     from training.plan import CALIBRATION, MODELS, Cluster, Layout, Workload, estimate
 
-    nvlink = {r["name"]: r for r in rows if r.get("group") == "layouts-nvlink" and "error" not in r}
+    ok = {(r["group"], r["name"]): r for r in rows if "error" not in r}
     out = []
     for r in rows:
-        if r.get("group") not in ("layouts-nvlink", "layouts-sockets") or "error" in r:
+        nvlink_group, suffix = next(((nv, sfx) for sockets, (nv, sfx) in EMULATION_PAIRS.items()
+                                     if r.get("group") in (sockets, nv)), (None, ""))
+        link = links.get(r.get("group"), {}).get("all_gather layer")
+        if nvlink_group is None or "error" in r or not link:
             continue
-        link = links.get(r["group"], {}).get("all_gather layer")
-        base = nvlink.get(r["name"].removesuffix(", sockets"))
-        if not link or not base:
+        base = ok.get((nvlink_group, r["name"].removesuffix(", sockets").removesuffix(suffix) + suffix))
+        if not base:
             continue
         st = r["settings"]
         work = Workload(seq_len=st["seq_len"], micro_batch=st["micro_batch"], grad_accum=st["grad_accum"],
                         activation_checkpointing=st["activation_checkpointing"], loss_chunk_tokens=st["loss_chunk_tokens"])
         gpu = GPUS["H200"]
-        peak = CALIBRATION.matmul_peak(gpu)
-        efficiency = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (peak * 1e12)
+        efficiency = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (CALIBRATION.matmul_peak(gpu) * 1e12)
         key = (work.activation_checkpointing, work.seq_len * work.micro_batch)
-        calibration = dataclasses.replace(CALIBRATION, link_efficiency=1.0, efficiency={key: efficiency})
         cluster = Cluster(gpu=gpu, nodes=2, gpus_per_node=1, inter_node_gbps=link["busbw_gbps"], name="2 x (1 H200)")
         layout = Layout(st["sharding"], not st["reshard_after_forward"], st["reduce_dtype"])
-        predicted = estimate(MODELS[model_name], work, cluster, layout, calibration)
+        standing = dataclasses.replace(CALIBRATION, link_efficiency=1.0)
+        own = dataclasses.replace(standing, efficiency={key: efficiency})
+        predicted = estimate(MODELS[model_name], work, cluster, layout, standing)
+        own_compute = estimate(MODELS[model_name], work, cluster, layout, own)
         out.append({"name": r["name"], "group": r["group"], "measured_step_s": r["step_time_s"],
                     "predicted_step_s": predicted.step_s, "error": predicted.step_s / r["step_time_s"] - 1,
+                    "predicted_run_compute_step_s": own_compute.step_s,
+                    "error_run_compute": own_compute.step_s / r["step_time_s"] - 1,
                     "link_busbw_gbps": link["busbw_gbps"], "bound": predicted.bound,
                     "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"]})
     return out
@@ -660,11 +888,12 @@ def accumulation_comparison(rows: list[dict], out: Path) -> list[str]:
 
 
 def format_emulation(rows: list[dict]) -> str:
-    lines = ["| case | link GB/s (busbw) | measured s/step | model s/step | error | model says | tokens/s/GPU |",
-             "| --- | ---: | ---: | ---: | ---: | --- | ---: |"]
+    lines = ["| case | link GB/s (busbw) | measured s/step | model s/step | error | model, run's compute | error | "
+             "model says | tokens/s/GPU |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['link_busbw_gbps']:.1f} | {r['measured_step_s']:.3f} | {r['predicted_step_s']:.3f} | "
-                     f"{r['error']:+.0%} | {r['bound']} | {r['tokens_per_s_per_gpu']:,.0f} |")
+                     f"{r['error']:+.0%} | {r['predicted_run_compute_step_s']:.3f} | {r['error_run_compute']:+.0%} | "
+                     f"{r['bound']} | {r['tokens_per_s_per_gpu']:,.0f} |")
     return "\n".join(lines)
 
 
@@ -699,7 +928,7 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
     lines += [f"- {line}" for line in accumulation_comparison(rows, out)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
-        lines += ["", "Model against measurement (training.plan, link and compute calibrated in this run):", "",
+        lines += ["", "Model against measurement (training.plan; link bandwidth from this run):", "",
                   format_emulation(emulation)]
     text = "\n".join(lines)
     (out / "results.json").write_text(json.dumps({"measured_peak_tflops": measured, "matmul": matmul,
@@ -712,9 +941,11 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--suite", default="full", choices=("full", "variants", "l4", "smoke", "layouts", "accumulation", "lora"),
+    parser.add_argument("--suite", default="full",
+                        choices=("full", "variants", "mfu", "l4", "smoke", "layouts", "accumulation", "lora"),
                         help="full: default profile, example recipe, L4 profile, sockets A/B, one GPU; "
-                             "variants: the levers one at a time; l4: the L4 profile's communication "
+                             "variants: the levers one at a time; mfu: the h200 step's kernel and communication levers beside the "
+                             "peer recipe, FSDP2 + Liger kernels (needs liger-kernel: installed, or its wheel in .whl/); l4: the L4 profile's communication "
                              "lever on NVLink and on sockets; smoke: two quick cases; layouts: full, gathered and "
                              "hybrid at world size 2 as two nodes, on NVLink and sockets, with link bandwidth and "
                              "the model's prediction (2 GPUs); accumulation: fp32 vs bf16 gradient accumulation and "
@@ -740,11 +971,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     (out / "results").mkdir(parents=True, exist_ok=True)
     args.site = None
-    if args.suite == "lora":
+    if args.suite in SUITE_PACKAGES:
         try:
-            args.site = peft_site(out)
+            args.site = wheel_site(out, SUITE_PACKAGES[args.suite])
         except RuntimeError as error:
-            print(f"error: --suite lora: {error}", file=sys.stderr)
+            print(f"error: --suite {args.suite}: {error}", file=sys.stderr)
             return 2
     groups = plan(args.suite, args.gpus)
     if args.groups:
@@ -777,20 +1008,24 @@ def unwritable_folder(out: Path) -> str | None:
     return None
 
 
-def peft_site(out: Path) -> str | None:
-    """Where the workers import peft from: None when it is installed, else OUT/site-packages, filled
-    from the wheels in .whl/ (offline, without dependencies: the rest comes with transformers)."""
+# The package a suite needs beyond the trainer's own (its import name), from .whl/ when missing.
+SUITE_PACKAGES = {"lora": "peft", "mfu": PEER_MODULE}
+
+
+def wheel_site(out: Path, package: str) -> str | None:
+    """Where the workers import `package` from: None when it is installed, else OUT/site-packages, filled
+    from the wheels in .whl/ (offline, without dependencies: the rest comes with transformers and torch)."""
     import importlib.util
 
-    if importlib.util.find_spec("peft") is not None:
+    if importlib.util.find_spec(package) is not None:
         return None
     wheels = sorted(str(w) for w in WHEELS.glob("*.whl"))
     if not wheels:
-        raise RuntimeError(f"peft is not installed and {WHEELS} holds no wheels (make bench-wheels, then carry .whl)")
+        raise RuntimeError(f"{package} is not installed and {WHEELS} holds no wheels (make bench-wheels, then carry .whl)")
     site = out / "site-packages"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target", str(site),
                     *wheels], check=True)
-    print(f"peft from {', '.join(Path(w).name for w in wheels)}, installed into {site}", flush=True)
+    print(f"{package} from {', '.join(Path(w).name for w in wheels)}, installed into {site}", flush=True)
     return str(site)
 
 

@@ -55,9 +55,10 @@ def _add_outer_fp32(accumulator: torch.Tensor, grad_logits: torch.Tensor, chunk:
     if grad_logits.dtype == torch.float32:
         accumulator.addmm_(grad_logits.t(), chunk)
     elif accumulator.is_cuda and _FP32_OUT_GEMM.get("cuda", True):
-        # cuBLAS accumulates in fp32 and writes fp32: the chunk's product is never rounded.
+        # cuBLAS accumulates in fp32 and adds into the fp32 accumulator in place (beta = 1, out = self):
+        # the chunk's product is never rounded, and the 0.9 GB accumulator is not copied twice per chunk.
         try:
-            accumulator.copy_(torch.addmm(accumulator, grad_logits.t(), chunk, out_dtype=torch.float32))
+            torch.addmm(accumulator, grad_logits.t(), chunk, out_dtype=torch.float32, out=accumulator)
             return
         except (RuntimeError, TypeError):  # a torch without addmm(out_dtype=) on this GPU
             _FP32_OUT_GEMM["cuda"] = False

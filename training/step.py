@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator
 
 import torch
@@ -56,9 +57,11 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     keep_weights_gathered (with reshard_after_forward off): the layers' weights stay gathered
     from the first micro-batch's forward to the last one's backward, so a step all-gathers each
     layer once instead of twice per micro-batch; what a slow inter-node network needs.
-    One host sync per step: before the update, the loss and the gradient norm must be finite, or
-    NonFiniteStep is raised with the weights and the optimizer state untouched (a NaN step would
-    otherwise poison every later step and checkpoint).
+    One host sync per step: the loss and the gradient norm must be finite, or NonFiniteStep is raised
+    with the weights and the optimizer state as they were (a NaN step would otherwise poison every later
+    step and checkpoint). A fused optimizer is launched before that sync, told on the device to skip its
+    update when they are not (found_inf), so the GPU runs it straight after the backward instead of
+    idling while the host checks and then launches it.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -76,12 +79,32 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
         loss_sum += loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
     total_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    if not bool(torch.isfinite(total_norm) & torch.isfinite(loss_sum)):
-        optimizer.zero_grad(set_to_none=True)
-        raise NonFiniteStep(float(loss_sum), float(total_norm))
-    optimizer.step()
+    finite = torch.isfinite(total_norm) & torch.isfinite(loss_sum)
+    if skips_on_device(optimizer):
+        with found_inf(optimizer, ~finite):
+            optimizer.step()
+    elif bool(finite):
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if not bool(finite):
+        raise NonFiniteStep(float(loss_sum), float(total_norm))
     return loss_sum, total_norm
+
+
+def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer reads a found_inf tensor and, where it is non-zero, leaves weights, moments
+    and step count as they were: the flag GradScaler checks before handing it one (torch/amp/grad_scaler.py;
+    fused Adam, AdamW and SGD set it; torch/optim/adam.py, _fused_adam, skips the update on the device)."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+@contextlib.contextmanager
+def found_inf(optimizer: torch.optim.Optimizer, skip: torch.Tensor):
+    optimizer.found_inf = skip.float()
+    try:
+        yield
+    finally:
+        del optimizer.found_inf
 
 
 @torch.no_grad()
