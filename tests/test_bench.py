@@ -276,3 +276,16 @@ def test_a_sockets_case_is_paired_with_its_nvlink_twin_and_the_twin_predicts_its
     assert [r["name"] for r in out] == [rows[0]["name"], rows[1]["name"]]
     assert out[0]["predicted_run_compute_step_s"] == pytest.approx(0.7, rel=0.01)
     assert out[1]["predicted_run_compute_step_s"] > 0.7  # the slow link adds to the same compute
+
+
+def test_the_full_suite_runs_the_peer_beside_the_default_and_goes_on_without_liger(tmp_path, monkeypatch, capsys):
+    assert [c.recipe for c in {g.name: g for g in bench.plan("full", gpus=2)}["peer"].cases] == ["liger"]
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
+    # Past the package step to the next check (an unknown group), so nothing runs.
+    assert bench.main(["--cpu", "--suite", "full", "--groups", "nope", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "note: liger_kernel is not installed" in err and "error: --groups: nope not in suite full" in err
