@@ -215,8 +215,9 @@ def test_mfu_suite_undoes_each_kept_change_alone_and_runs_the_peer_in_its_own_pr
     groups = {g.name: g for g in bench.plan("mfu", gpus=2)}
     main = [(c.name, c.levers) for c in groups["main"].cases]
     assert main[0] == ("trainer, h200 profile (default)", ())
-    assert sorted(levers for _, levers in main[1:]) == [("copied-accumulation",), ("host-guard",),
+    assert sorted(levers for _, levers in main[1:]) == [(), ("copied-accumulation",), ("host-guard",),
                                                        ("host-guard", "copied-accumulation")]
+    assert groups["main"].cases[-1].overrides == {"reduce_dtype": "bf16"}
     # Liger patches Hugging Face's Qwen2 classes for the whole process: the peer runs alone.
     assert [c.recipe for c in groups["peer"].cases] == ["liger"]
     every = [name for g in groups.values() for c in g.cases for name in c.levers]

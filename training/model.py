@@ -235,7 +235,7 @@ def replica_all_reduce(group, wire: torch.dtype):
 
 
 def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard_after_forward: bool = True,
-               reduce_dtype: str = "fp32") -> None:
+               reduce_dtype: str = "fp32", single_micro_batch: bool = False) -> None:
     """FSDP2: one unit per decoder layer, then the root (embedding, final norm, lm_head).
 
     The tied embedding and lm_head are one parameter, so they must share a unit: the root.
@@ -253,10 +253,14 @@ def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard
     requires one original dtype only among a unit's trainable parameters (_fsdp_param_group.py,
     _init_mp_dtypes) and all-gathers mixed dtypes as bytes, so no separate units are needed; only
     the adapters get gradients, and only they are reduced.
+    single_micro_batch (grad_accum 1): nothing accumulates, so a bf16 wire needs no fp32 accumulator:
+    FSDP2 reduce-scatters the bf16 gradients as they are (its own reduce dtype), the same sums as the
+    custom reduce-scatter gives, without widening every gradient to fp32 and rounding it back each step.
     """
     wire = REDUCE_DTYPES[reduce_dtype] if device.type == "cuda" else torch.float32
+    native_wire = single_micro_batch and wire == torch.bfloat16
     if device.type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=wire if native_wire else torch.float32)
     else:  # fp32 compute: frozen bf16 LoRA base weights are gathered as fp32 (fp32 weights are unchanged)
         mp = MixedPrecisionPolicy(param_dtype=torch.float32)
     hybrid = mesh is not None and mesh.ndim == 2
@@ -267,7 +271,7 @@ def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard
     # The root's parameters are used last in forward and first in backward: keep them gathered.
     fully_shard(model, mesh=shard_mesh, mp_policy=mp, reshard_after_forward=False)
     for unit in units:
-        if wire != torch.float32:
+        if wire != torch.float32 and not native_wire:
             unit.set_custom_reduce_scatter(WireDtypeReduceScatter(wire))
         if hybrid:
             unit.set_all_reduce_hook(replica_all_reduce(mesh.get_group("replicate"), wire))
@@ -308,7 +312,7 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         apply_activation_checkpointing(model)
     if cfg.compile and device.type == "cuda":
         apply_compile(model)
-    apply_fsdp(model, device, mesh, cfg.reshard_after_forward, cfg.reduce_dtype)
+    apply_fsdp(model, device, mesh, cfg.reshard_after_forward, cfg.reduce_dtype, single_micro_batch=cfg.grad_accum == 1)
     model.to_empty(device=device)
     _reset_non_persistent_buffers(model, device)
     load_full_state_from_rank0(model, full_state, device, rank)
