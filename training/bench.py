@@ -124,7 +124,7 @@ def plan(suite: str, gpus: int) -> list[Group]:
     if suite == "layouts":
         return layout_groups() if gpus >= 2 else []
     if suite == "accumulation":
-        return accumulation_groups() if gpus >= 2 else []
+        return accumulation_groups() if gpus >= 2 else accumulation_groups()[-1:]
     if suite == "lora":
         return lora_groups(gpus)
     variants = [
@@ -361,7 +361,12 @@ def accumulation_groups() -> list[Group]:
             Group("accumulation-nvlink", 2, [dataclasses.replace(c, name=f"{c.name}, NVLink") for c in speed],
                   gpus_per_node=1, measure_links=True),
             Group("accumulation-sockets", 2, [dataclasses.replace(c, name=f"{c.name}, sockets") for c in speed],
-                  env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True)]
+                  env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True),
+            # One emulated node alone: the per-step and per-micro-batch compute of the 2 x 1 layouts (the
+            # shard group of hybrid is this one GPU), without any link.
+            Group("accumulation-one-gpu", 1, [Case(f"one GPU, grad_accum {accum}", profile="l4",
+                                                   overrides={"grad_accum": accum}) for accum in (1, 4, 16)],
+                  measure_matmul=True)]
 
 
 # ---------------------------------------------------------------- the worker (one per GPU)

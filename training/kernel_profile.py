@@ -64,6 +64,10 @@ SHAPES = (
     Shape("h200 profile (8 x 4096, no recomputation)", "h200", {}),
     Shape("h200 shape with recomputation (8 x 4096)", "h200", {"activation_checkpointing": True}),
     Shape("l4 shape without recomputation (1 x 2048 x 4)", "l4", {"activation_checkpointing": False}),
+    # One and sixteen micro-batches of the l4 shape: what a step costs once (the optimizer, the clipping)
+    # and what each micro-batch adds, apart.
+    Shape("l4 shape, one micro-batch (1 x 2048 x 1, recomputation)", "l4", {"grad_accum": 1}),
+    Shape("l4 shape, 16 micro-batches (1 x 2048 x 16, recomputation)", "l4", {"grad_accum": 16}),
 )
 
 
