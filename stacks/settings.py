@@ -15,6 +15,7 @@ import ipaddress
 import json
 import re
 import shlex
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,8 +104,11 @@ class TrainingSettings:
     """Hold out this fraction of the documents of `data` for validation (0 to 0.5)."""
     eval_every: int = field(default=0, metadata=_trainer())
     """Steps between validation passes (0: only at the end); needs val_data or val_fraction."""
-    activation_checkpointing: bool = field(default=_L4["activation_checkpointing"], metadata=_trainer())
-    """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
+    activation_checkpointing: str | bool = field(default=_L4["activation_checkpointing"], metadata=_trainer())
+    """Which decoder layers recompute their forward in backward: none, selective (every second layer: half the
+    activation memory and half the extra compute of full), or full (every layer: least memory, about 1/3 more
+    compute; the l4 profile's, measured to fit 24 GB GPUs). true and false, the old boolean form, still mean full
+    and none."""
     compile: bool = field(default=_L4["compile"], metadata=_trainer())
     """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
     sharding: str = field(default="auto", metadata=_trainer())
@@ -252,10 +256,19 @@ def _parse(key: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
     """Turn a context value (JSON or a `-c` string) into the field's type."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
-    if origin is typing.Union or type(None) in args:
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) < len(args) and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null"))):
             return None
-        return _parse(key, raw, next(a for a in args if a is not type(None)))
+        for arm in arms:  # the first of the union's types, in order, that the value parses as
+            try:
+                return _parse(key, raw, arm)
+            except SettingsError as error:
+                refused = error
+        if len(arms) == 1:
+            raise refused
+        kinds = {int: "an integer", str: "a string", bool: "true or false", float: "a number"}
+        raise SettingsError(f"{key}: expected {' or '.join(kinds[a] for a in arms)}, got {raw!r}")
     if annotation is bool:
         if isinstance(raw, bool):
             return raw

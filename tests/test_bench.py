@@ -206,3 +206,16 @@ def test_the_lora_suite_without_peft_or_its_wheels_is_one_line(tmp_path, monkeyp
     assert bench.main(["--cpu", "--suite", "lora", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.strip() == (f"error: --suite lora: peft is not installed and {tmp_path / 'no-wheels'} "
                                                "holds no wheels (make bench-wheels, then carry .whl)")
+
+
+def test_the_emulation_predicts_every_recorded_sockets_case():
+    """The layouts runs of 2026-11-30, re-predicted from their own link and NVLink measurements: one row per sockets
+    case (7), whatever form the recorded recomputation setting takes."""
+    from tests.conftest import ROOT
+
+    results = ROOT / "docs" / "bench-results"
+    nvlink = json.loads((results / "2026-11-30-h200x2-layouts-nvlink-and-reduce-dtype.json").read_text())
+    sockets = json.loads((results / "2026-11-30-h200x2-layouts-sockets.json").read_text())
+    rows = bench.emulation_rows(nvlink["cases"] + sockets["cases"], sockets["links"], bench.BENCH_MODEL)
+    assert [r["name"] for r in rows] == [c["name"] for c in sockets["cases"] if "error" not in c]
+    assert all(r["predicted_step_s"] > 0 for r in rows)

@@ -142,6 +142,10 @@ BAD_SETTINGS = [
       "training.micro_batch": 8, "training.activation_checkpointing": False},
      r"training.micro_batch: 8 x 4096 tokens per micro-batch without recomputation needs 80.7 GiB/GPU on "
      r"2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation, no recomputation fits"),
+    ({"training.activation_checkpointing": 1}, r"^training.activation_checkpointing: expected a string or true or false, "
+     r"got 1$"),
+    ({"training.activation_checkpointing": "half"}, r"^training.activation_checkpointing: 'half' must be one of none, "
+     r"selective, full$"),
     ({"training.learning_rate": 0}, r"training.learning_rate: 0.0 must be in \(0, 1\)"),
     ({"training.learning_rate": "fast"}, r"training.learning_rate: expected a number, got 'fast'"),
     ({"training.seq_len": 4}, r"training.seq_len: 4 must be between 8 and 131072"),
@@ -284,6 +288,20 @@ def test_trainer_options_are_the_training_settings_under_the_trainers_names():
     assert options["lr"] == 2e-5 and "learning_rate" not in options
     assert options["workers"] == 8 and options["require_efa"] is True
     assert not {"image", "active_deadline_seconds", "backoff_limit", "checkpoint_bucket_auto_delete"} & set(options)
+
+
+@pytest.mark.parametrize("value,recomputation", [(True, "full"), (False, "none"), ("true", "full"), ("false", "none"),
+                                                  ("selective", "selective")])
+def test_the_old_boolean_recomputation_still_reaches_the_trainer_as_full_or_none(value, recomputation):
+    """cdk.json's true/false (and -c's strings) from before the three settings: the RayJob's entrypoint carries them
+    in a form the trainer reads as full or none."""
+    import shlex
+
+    from cdk_constructs.ray_manifests import train_entrypoint
+    from training.config import parse_args
+
+    options = trainer_options(settings_from_context(base_context() | {"training.activation_checkpointing": value}))
+    assert parse_args(shlex.split(train_entrypoint(options))[3:]).activation_checkpointing == recomputation
 
 
 def test_every_trainer_option_setting_names_a_real_trainer_option():

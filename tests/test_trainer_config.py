@@ -76,6 +76,9 @@ REFUSED = [
     (["--cache-dir", "s3://bucket/cache"], r"--cache-dir: 's3://bucket/cache' must be a local path$"),
     (["--inject-failure-at-step", "9", "--steps", "5"], r"--inject-failure-at-step: 9 must be between 1 and the number of steps \(5\)"),
     (["--no-such-option", "1"], r"unrecognized arguments: --no-such-option 1"),
+    # activation checkpointing
+    (["--activation-checkpointing", "sometimes"],
+     r"^--activation-checkpointing: 'sometimes' must be one of none, selective, full$"),
     # argparse's own errors, reworded to lead with the option
     (["--steps", "ten"], r"^--steps: 'ten' is not an integer$"),
     (["--lr", "fast"], r"^--lr: 'fast' is not a number$"),
@@ -363,3 +366,26 @@ def test_tokens_per_step_count_every_micro_batch_of_the_step():
     """A worker's step is grad_accum micro-batches of micro_batch sequences of seq_len tokens:
     4 x 2048 x 8 = 65,536 tokens (what tok/s/GPU and MFU divide by the step time)."""
     assert TrainConfig(micro_batch=4, seq_len=2048, grad_accum=8).tokens_per_step_per_worker == 65_536
+
+
+# ------------------------------------------------------------------ activation checkpointing
+
+@pytest.mark.parametrize("argv,expected", [
+    ([], "none"),
+    (["--activation-checkpointing", "selective"], "selective"),
+    (["--activation-checkpointing", "full"], "full"),
+    (["--activation-checkpointing"], "full"),            # the old boolean flag, bare
+    (["--no-activation-checkpointing"], "none"),
+    (["--activation-checkpointing", "true"], "full"),    # the old values, as cdk.json and -c carried them
+    (["--activation-checkpointing", "false"], "none"),
+    (["--profile", "l4"], "full"),
+    (["--profile", "h200"], "none"),
+])
+def test_recomputation_is_none_selective_or_full_and_the_old_booleans_still_mean_full_and_none(argv, expected):
+    assert parse_args(argv).activation_checkpointing == expected
+
+
+def test_booleans_given_in_code_mean_full_and_none():
+    """The benchmark's cases and recorded runs hand over True and False."""
+    assert validate(TrainConfig(activation_checkpointing=True)).activation_checkpointing == "full"
+    assert validate(TrainConfig(activation_checkpointing=False)).activation_checkpointing == "none"

@@ -604,7 +604,7 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
         gpu = GPUS["H200"]
         peak = CALIBRATION.matmul_peak(gpu)
         efficiency = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (peak * 1e12)
-        key = (work.activation_checkpointing, work.seq_len * work.micro_batch)
+        key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)  # the calibration's keys
         calibration = dataclasses.replace(CALIBRATION, link_efficiency=1.0, efficiency={key: efficiency})
         cluster = Cluster(gpu=gpu, nodes=2, gpus_per_node=1, inter_node_gbps=link["busbw_gbps"], name="2 x (1 H200)")
         layout = Layout(st["sharding"], not st["reshard_after_forward"], st["reduce_dtype"])

@@ -24,6 +24,12 @@ MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "qwen2.5-7b": 32768, "qwen2.5-14b"
 HUB_ARCHITECTURES = {f"Qwen/Qwen2.5-{size}{kind}": f"qwen2.5-{size.lower()}"
                      for size in ("1.5B", "7B", "14B") for kind in ("", "-Instruct")}
 SHARDINGS = ("auto", "full", "hybrid")
+# Activation checkpointing: which decoder layers recompute their forward in backward (training.model).
+# selective checkpoints every SELECTIVE_EVERY-th layer (torchtitan's layer-level selective AC at that
+# frequency): half the layers keep their activations, half keep only their input and run forward twice,
+# so memory and recomputation both land halfway between none and full, predictably for the planner.
+RECOMPUTATION = ("none", "selective", "full")
+SELECTIVE_EVERY = 2
 REDUCE_DTYPES = ("fp32", "bf16")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
 ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
@@ -34,10 +40,10 @@ DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 # one, and any option given explicitly still wins. The cluster's defaults are the l4 profile.
 GPU_PROFILES: dict[str, dict] = {
     # H100/H200 (80 GB and more): no recomputation, large micro-batches, gathered weights kept.
-    "h200": {"seq_len": 4096, "micro_batch": 8, "activation_checkpointing": False, "compile": True,
+    "h200": {"seq_len": 4096, "micro_batch": 8, "activation_checkpointing": "none", "compile": True,
              "loss_chunk_tokens": 8192, "reshard_after_forward": False},
     # L4 (g6.12xlarge, 24 GB): recompute each layer, one sequence at a time.
-    "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": True, "compile": True,
+    "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": "full", "compile": True,
            "loss_chunk_tokens": 2048},
 }
 # LoRA: peft's "all-linear" (every linear layer but the output head), or module names such as q_proj,v_proj.
@@ -96,8 +102,10 @@ class TrainConfig:
     """AdamW weight decay (not on biases and norms)."""
     grad_clip: float = 1.0
     """Gradient-norm clip (0 disables)."""
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer in backward: less memory, about 1/3 more compute."""
+    activation_checkpointing: str = "none"
+    """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
+    or selective (every second layer: half of each). The old boolean form still works: the bare flag is
+    full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
     loss_chunk_tokens: int = 8192
@@ -223,6 +231,10 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(1 <= c.steps <= MAX_STEPS, f"--steps: {c.steps} must be between 1 and {MAX_STEPS:,}")
     require(8 <= c.seq_len <= MAX_SEQ_LEN, f"--seq-len: {c.seq_len} must be between 8 and {MAX_SEQ_LEN}")
     require(1 <= c.micro_batch <= MAX_MICRO_BATCH, f"--micro-batch: {c.micro_batch} must be between 1 and {MAX_MICRO_BATCH}")
+    c = dataclasses.replace(c, activation_checkpointing=_OLD_RECOMPUTATION.get(c.activation_checkpointing,
+                                                                              c.activation_checkpointing))
+    require(c.activation_checkpointing in RECOMPUTATION, f"--activation-checkpointing: "
+            f"{c.activation_checkpointing!r} must be one of {', '.join(RECOMPUTATION)}")
     require(1 <= c.grad_accum <= MAX_GRAD_ACCUM, f"--grad-accum: {c.grad_accum} must be between 1 and {MAX_GRAD_ACCUM}")
     require(0 < c.lr < 1, f"--lr: {c.lr} must be in (0, 1)")
     require(0 <= c.min_lr_ratio <= 1, f"--min-lr-ratio: {c.min_lr_ratio} must be in [0, 1]")
@@ -329,6 +341,10 @@ def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: i
                           f"{micro_batch} sequences (--micro-batch) x {seq_len:,} tokens (--seq-len) = {per_round:,} "
                           f"(at most {MAX_GRAD_ACCUM:,} times); nearest valid: {nearest}")
     return batch_tokens // per_round
+
+
+# The old boolean --activation-checkpointing (cdk.json true/false, a bool in code): every layer, or none.
+_OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "none"}
 
 
 def _validate_fit(c: TrainConfig) -> None:
@@ -496,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
         if kind.startswith("bool"):
             parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=f.default, help=help_text)
+            continue
+        if f.name == "activation_checkpointing":  # once a boolean flag: bare, it still means full
+            parser.add_argument(_flag(f.name), dest=f.name, nargs="?", const="full", default=f.default,
+                                metavar="{" + ",".join(RECOMPUTATION) + "}", help=help_text)
+            parser.add_argument("--no-activation-checkpointing", dest=f.name, action="store_const", const="none",
+                                help="the same as --activation-checkpointing none")
             continue
         base = {"int": int, "float": float, "str": str}[kind.split(" ")[0]]
         parser.add_argument(_flag(f.name), dest=f.name, type=_typed(base, f.name), default=f.default, help=help_text)

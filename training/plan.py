@@ -21,7 +21,8 @@ Layouts:
 Compute: on the H200, model FLOPs over its measured bf16 matmul peak times the trainer's efficiency measured
 at the micro-batch's size; on another GPU, the H200's kernel profile at that size scaled by two rooflines
 (matmul kernels by the matmul peak, memory-bound kernels by memory bandwidth; Calibration, and the output's
-basis line, say how).
+basis line, say how). Both were measured without and with full recomputation; selective recomputation, which
+recomputes half the layers, is costed at the midpoint of the two, per token (nothing measured it yet).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -36,6 +37,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+from training.config import RECOMPUTATION, SELECTIVE_EVERY
 from training.hardware import GIB, GPUS, INSTANCE_TYPES, GpuSpec
 
 SHARDINGS = ("full", "hybrid")
@@ -95,11 +97,20 @@ class Workload:
     seq_len: int = 2048
     micro_batch: int = 1
     grad_accum: int = 4
-    activation_checkpointing: bool = True
+    activation_checkpointing: str = "full"
+    """none, selective (every SELECTIVE_EVERY-th decoder layer) or full; True and False, as recorded runs
+    and the calibration's keys have it, mean full and none."""
     loss_chunk_tokens: int = 2048
     steps: int = 200
     lora_rank: int = 0
     """0: full fine-tuning; else LoRA adapters of this rank on every linear layer, the base frozen in bf16."""
+
+    def __post_init__(self) -> None:
+        ac = self.activation_checkpointing
+        if isinstance(ac, bool):
+            object.__setattr__(self, "activation_checkpointing", "full" if ac else "none")
+        elif ac not in RECOMPUTATION:
+            raise ValueError(f"activation_checkpointing: {ac!r} is not one of {', '.join(RECOMPUTATION)}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -188,8 +199,12 @@ class Calibration:
     def reference_efficiency(self, work: "Workload") -> float:
         """The reference GPU's efficiency at the workload's shape: the measured points of its recomputation
         setting, linear in log2(tokens per micro-batch) between them, flat beyond the ends. Sizes measured only
-        with the other setting join in at the ratio of the two settings where both were measured."""
-        ac = work.activation_checkpointing
+        with the other setting join in at the ratio of the two settings where both were measured. Selective
+        recomputation was not measured: it recomputes half the layers, so its time per token is taken as the
+        midpoint of none's and full's."""
+        if work.activation_checkpointing == "selective":
+            return 2 / sum(1 / self.reference_efficiency(w) for w in _none_and_full(work))
+        ac = work.activation_checkpointing == "full"
         own = {t: e for (r, t), e in self.efficiency.items() if r == ac}
         both = [t for t in own if (not ac, t) in self.efficiency]
         if both:
@@ -203,8 +218,12 @@ class Calibration:
         tokens: a + b / tokens, through the two profiled sizes of its recomputation setting. For a model other
         than the profiled one, the memory-bound per-token cost (activations: normalisations, SwiGLU, RoPE)
         scales with layers x hidden size, the per-micro-batch cost (casting and copying the gathered weights,
-        adding the gradients) with the parameter count."""
-        own = {t: k for (r, t), k in self.kernels.items() if r == work.activation_checkpointing}
+        adding the gradients) with the parameter count. Selective recomputation: the midpoint of none's and
+        full's costs per token (seconds per matmul TFLOP, memory-bound microseconds), as it recomputes half the layers."""
+        if work.activation_checkpointing == "selective":
+            (tflops_none, us_none), (tflops_full, us_full) = (self.kernel_profile(w, model) for w in _none_and_full(work))
+            return 2 / (1 / tflops_none + 1 / tflops_full), (us_none + us_full) / 2
+        own = {t: k for (r, t), k in self.kernels.items() if r == (work.activation_checkpointing == "full")}
         tokens = work.seq_len * work.micro_batch
         seconds_per_tflop = _per_token_and_per_batch({t: 1 / k[0] for t, k in own.items()}, tokens)
         per_token, per_batch = _cost_terms({t: k[1] for t, k in own.items()})
@@ -243,7 +262,10 @@ class Calibration:
     def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> str:
         """One line: what the compute term of this GPU rests on."""
         ref, tokens = self.reference_gpu, work.seq_len * work.micro_batch
-        shape = f"{tokens:,} tokens per micro-batch{' with recomputation' if work.activation_checkpointing else ''}"
+        shape = f"{tokens:,} tokens per micro-batch" + {
+            "none": "", "full": " with recomputation",
+            "selective": " with selective recomputation, costed at the midpoint of none's and full's per token"}[
+            work.activation_checkpointing]
         measured = (f"{ref} at its measured bf16 matmul peak {self.matmul_peak(GPUS[ref]):.0f} TFLOP/s "
                     f"({GPUS[ref].bf16_tflops:g} datasheet) x {self.reference_efficiency(work):.1%} efficiency at {shape}")
         if gpu.name == ref:
@@ -269,6 +291,11 @@ class Calibration:
                 f"kernel profile at {shape} ({matmul_tflops:.0f} model TFLOP/s in matmul kernels, {memory_us:.2f} us of "
                 f"memory-bound kernels per token) gives {matmul_s:.2f} s + {memory_s:.2f} s per step; MFU is against the "
                 f"datasheet peak")
+
+
+def _none_and_full(work: "Workload") -> tuple["Workload", "Workload"]:
+    """Selective recomputation's two measured neighbours: the same shape without and with full recomputation."""
+    return tuple(dataclasses.replace(work, activation_checkpointing=ac) for ac in ("none", "full"))
 
 
 def _cost_terms(points: dict) -> tuple[float, float]:
@@ -418,11 +445,11 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
     compute_s = calibration.compute_seconds(cluster.gpu, work, model)
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
-    # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without), the reductions.
-    # The root's first gather must land before anything computes.
-    # Kept gathered, every layer is gathered in the first micro-batch's forward (a quarter of its
-    # passes with recomputation, a third without), and nothing moves in the other micro-batches.
-    backward_share = 0.75 if work.activation_checkpointing else 2 / 3
+    # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without; selective, half the
+    # layers each: 2.5 of 3.5), the reductions. The root's first gather must land before anything computes.
+    # Kept gathered, every layer is gathered in the first micro-batch's forward (the rest of its
+    # passes), and nothing moves in the other micro-batches.
+    backward_share = {"none": 2 / 3, "selective": 5 / 7, "full": 0.75}[work.activation_checkpointing]
     window = compute_s * backward_share / m
     gather_window = compute_s * (1 - backward_share) / m if layout.keep_gathered else compute_s - window
     root_first = {"intra": weight_root * _gather_factor(shard), "inter": 0.0 if hybrid or nodes == 1
@@ -452,8 +479,9 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
     the reduction dtype, which only sets the bytes on the links), whatever the world size; the larger
     of the two is the peak. Gathered bf16 weights: the whole
     model when kept gathered, else the root and two layers in flight. Activations: each layer's input
-    with recomputation (plus one layer being recomputed), all of them without. One chunk of the fused
-    LM head + loss.
+    with full recomputation (plus one layer being recomputed), all of them without; selective keeps all
+    of them for the layers it does not checkpoint and the input of those it does (every SELECTIVE_EVERY-th,
+    the last among them: plus that one being recomputed). One chunk of the fused LM head + loss.
     LoRA: the base weights are frozen bf16 (2 bytes per parameter over the group, no gradient, no
     optimizer state); the adapters take the 16 bytes of a trained parameter.
     """
@@ -466,10 +494,9 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
     gathered = 2 * model.params if layout.keep_gathered else 2 * (model.root_params + 2 * layer)
     tokens = work.seq_len * work.micro_batch
     per_layer = calibration.activation_bytes * tokens * model.hidden
-    if work.activation_checkpointing:
-        activations = 2 * tokens * model.hidden * model.layers + per_layer
-    else:
-        activations = per_layer * model.layers
+    layer_input = 2 * tokens * model.hidden  # bf16
+    recomputed = {"none": 0, "selective": model.layers // SELECTIVE_EVERY, "full": model.layers}[work.activation_checkpointing]
+    activations = (model.layers - recomputed) * per_layer + recomputed * layer_input + (per_layer if recomputed else 0)
     loss = calibration.loss_chunk_bytes * min(work.loss_chunk_tokens, tokens) * model.vocab
     return state + gradients + gathered + activations + loss
 
@@ -496,7 +523,7 @@ def same_batch_shapes(work: Workload) -> list[Workload]:
     (micro_batch x grad_accum), so the same tokens per step: the optimisation does not change."""
     per_gpu = work.micro_batch * work.grad_accum
     return [dataclasses.replace(work, micro_batch=mb, grad_accum=per_gpu // mb, activation_checkpointing=ac)
-            for mb in range(1, per_gpu + 1) if per_gpu % mb == 0 for ac in (False, True)]
+            for mb in range(1, per_gpu + 1) if per_gpu % mb == 0 for ac in RECOMPUTATION]
 
 
 def choose(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False, reduce_dtype: str = "fp32",
@@ -521,9 +548,11 @@ def smallest(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered:
                 for w in same_batch_shapes(work) for s in shardings), key=lambda e: e.memory_gib)
 
 
+RECOMPUTATION_WORDS = {"none": "no recomputation", "selective": "selective recomputation", "full": "full recomputation"}
+
+
 def describe_shape(work: Workload) -> str:
-    return (f"micro-batch {work.micro_batch} x {work.grad_accum} accumulation"
-            f"{', recomputation' if work.activation_checkpointing else ', no recomputation'}")
+    return f"micro-batch {work.micro_batch} x {work.grad_accum} accumulation, {RECOMPUTATION_WORDS[work.activation_checkpointing]}"
 
 
 def fit_error(model: ModelShape, work: Workload, cluster: Cluster, shardings: tuple[str, ...], keep_gathered: bool,
@@ -543,8 +572,9 @@ def fit_error(model: ModelShape, work: Workload, cluster: Cluster, shardings: tu
         return (f"--instance-type: {model.name} fits in no layout, micro-batch or recomputation on {where}: the smallest "
                 f"needs {least.memory_gib:.1f} GiB/GPU; use GPUs with more memory, more nodes, or LoRA")
     option = "--micro-batch" if best.work.micro_batch != work.micro_batch else "--activation-checkpointing"
-    return (f"{option}: {work.micro_batch} x {work.seq_len} tokens per micro-batch"
-            f"{' with' if work.activation_checkpointing else ' without'} recomputation needs {need:.1f} GiB/GPU on {where}; "
+    recompute = {"none": "without recomputation", "selective": "with selective recomputation",
+                 "full": "with full recomputation"}[work.activation_checkpointing]
+    return (f"{option}: {work.micro_batch} x {work.seq_len} tokens per micro-batch {recompute} needs {need:.1f} GiB/GPU on {where}; "
             f"{describe_shape(best.work)} fits at {best.memory_gib:.1f} GiB (~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU), "
             "the same tokens per step")
 
@@ -676,9 +706,8 @@ def summary_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Es
 def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Calibration = CALIBRATION) -> str:
     rows = [f"{cluster.name} ({cluster.world} x {cluster.gpu.name}, {cluster.gpu.intra_node_link} "
             f"{cluster.gpu.intra_node_gbps:g} GB/s per GPU, network {cluster.inter_node_gbps:g} GB/s per node), "
-            f"{model.name}, {work.micro_batch} x {work.seq_len} x {work.grad_accum} micro-batches per GPU"
-            f"{', recomputation' if work.activation_checkpointing else ''} "
-            f"({work.tokens_per_step * cluster.world:,} tokens per step)",
+            f"{model.name}, {work.micro_batch} x {work.seq_len} x {work.grad_accum} micro-batches per GPU, "
+            f"{RECOMPUTATION_WORDS[work.activation_checkpointing]} ({work.tokens_per_step * cluster.world:,} tokens per step)",
             "| layout | step s | compute s | intra-node s (GB) | inter-node s (GB) | bound | tok/s/GPU | MFU | "
             "memory GiB | fits | run | run $ |",
             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
