@@ -166,10 +166,11 @@ def test_resolve_sharding():
 
 
 def test_plan_cli_prints_every_layout(capsys):
-    assert plan.main(["--instance-type", "g6.12xlarge", "--nodes", "2"]) == 0
+    assert plan.main(["--instance-type", "g6.12xlarge", "--nodes", "2", "--micro-batch", "1",
+                      "--activation-checkpointing", "full", "--reduce-dtype", "fp32"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n| hybrid") + out.count("\n| full") == 8
-    assert "auto (fp32 reduction, weights resharded): 2 x g6.12xlarge, hybrid" in out
+    assert "\nauto: hybrid, micro-batch 1 x 4 accumulation, full recomputation: fastest that fits on 2 x g6.12xlarge" in out
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -309,11 +310,17 @@ def test_auto_on_p5_never_picks_what_does_not_fit_and_keeps_the_batch(capsys):
     assert plan.choose(QWEN, h200_profile, p5, keep_gathered=True) is None
     best = plan.choose(QWEN, h200_profile, p5, keep_gathered=True, shapes=True)
     assert best.fits and best.work.micro_batch * best.work.grad_accum == 8  # 8 x 4096 tokens per GPU per step
-    assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200"]) == 0
+    assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200", "--micro-batch", "8",
+                      "--activation-checkpointing", "none", "--reduce-dtype", "fp32"]) == 0
     out = capsys.readouterr().out
-    assert ("auto (fp32 reduction, weights kept gathered): no layout fits: --micro-batch: 8 x 4096 tokens per "
-            "micro-batch without recomputation needs 88.0 GiB/GPU") in out
+    assert ("auto: nothing fits: --micro-batch: 8 x 4096 tokens per micro-batch without recomputation needs 88.0 "
+            "GiB/GPU") in out
     assert "micro-batch 4 x 2 accumulation, no recomputation fits at 57.9 GiB" in out
+    # Left to auto, the micro-batch is that one: the fastest of the divisors of 8 that fits.
+    assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200", "--activation-checkpointing", "none",
+                      "--reduce-dtype", "fp32"]) == 0
+    assert "\nauto: hybrid+gathered, micro-batch 4 x 2 accumulation, no recomputation: fastest that fits" in (
+        capsys.readouterr().out)
 
 
 def test_nothing_fits_at_any_shape_names_the_gpus():
@@ -371,13 +378,14 @@ def test_the_link_term_matches_what_bf16_saves_at_accumulation_16():
 
 
 def test_plan_cli_offers_a_faster_shape_at_the_same_batch_and_lora_when_nothing_fits(capsys):
-    assert plan.main([]) == 0  # 2 x g6.12xlarge, l4 profile: 65,536 tokens per step
+    # 2 x g6.12xlarge, l4 profile: 65,536 tokens per step, its 1 x 2048 x 4 with full recomputation fixed.
+    assert plan.main(["--micro-batch", "1", "--activation-checkpointing", "full", "--reduce-dtype", "fp32"]) == 0
     assert ("\nfaster at the same 65,536 tokens per step: micro-batch 4 x 1 accumulation, full recomputation"
             in capsys.readouterr().out)
     # 14.8B parameters: 16 bytes each over a node's 4 GPUs is 59 GB per 24 GB GPU; LoRA's adapters are small.
     assert plan.main(["--model", "qwen2.5-14b"]) == 0
     out = capsys.readouterr().out
-    assert "auto (fp32 reduction, weights resharded): no layout fits: --instance-type: qwen2.5-14b fits in no layout" in out
+    assert "auto: nothing fits: --instance-type: qwen2.5-14b fits in no layout" in out
     assert "\nLoRA fits (--lora-rank 16: 2 x g6.12xlarge, " in out
 
 
@@ -573,6 +581,11 @@ def test_same_batch_shapes_are_every_divisor_of_the_sequences_per_gpu():
     shapes = plan.same_batch_shapes(plan.Workload(2048, 2, 2, True))
     assert [(w.micro_batch, w.grad_accum, w.activation_checkpointing) for w in shapes] == [
         (m, 4 // m, r) for m in (1, 2, 4) for r in ("none", "selective", "full")]
+    # What the options fix stays: the micro-batch alone, or the recomputation alone.
+    assert [(w.micro_batch, w.activation_checkpointing) for w in plan.same_batch_shapes(
+        plan.Workload(2048, 2, 2, "none"), ("micro_batch",))] == [(1, "none"), (2, "none"), (4, "none")]
+    assert [(w.micro_batch, w.activation_checkpointing) for w in plan.same_batch_shapes(
+        plan.Workload(2048, 2, 2, "none"), ("activation_checkpointing",))] == [(2, "none"), (2, "selective"), (2, "full")]
 
 
 def test_one_node_chooses_full_sharding_by_its_name():
@@ -700,7 +713,7 @@ def test_when_nothing_fits_the_smallest_keeps_the_weights_gathered_if_asked():
 
 def test_plan_cli_accepts_one_node_and_one_step(capsys):
     assert plan.main(["--nodes", "1", "--steps", "1"]) == 0
-    assert "auto (fp32 reduction, weights resharded): 1 x g6.12xlarge, full, " in capsys.readouterr().out
+    assert "\nauto: full+bf16, micro-batch " in capsys.readouterr().out
 
 
 def test_plan_cli_runs_the_steps_it_is_given_else_200(capsys):
@@ -716,7 +729,8 @@ def test_plan_cli_knows_a_models_hub_id(capsys):
 
 
 def test_plan_cli_reads_the_shape_as_numbers(capsys):
-    assert plan.main(["--seq-len", "1024", "--micro-batch", "2"]) == 0
+    # The l4 profile's batch, 8 GPUs x 1 x 2048 x 4 = 65,536 tokens, at 1,024 tokens a sequence: 4 micro-batches of 2.
+    assert plan.main(["--seq-len", "1024", "--micro-batch", "2", "--activation-checkpointing", "full"]) == 0
     assert "qwen2.5-1.5b, 2 x 1024 x 4 micro-batches per GPU, full recomputation (65,536 tokens per step)" in (
         capsys.readouterr().out)
 
@@ -726,8 +740,10 @@ def test_plan_cli_plans_the_lora_rank_it_is_given(capsys):
     1,543,714,304 frozen) / 4 = 799,554,304, the unsharded fp32 accumulator 4 x 9,232,384 = 36,929,536, the root
     and two layers 653,941,760, activations with recomputation 2 x 2048 x 1536 x 28 + 46 x 2048 x 1536 =
     320,864,256, the loss chunk 4 x 2048 x 151,936 = 1,244,659,712: 3,055,949,568 B x 1.27 = 3.6 GiB."""
-    assert plan.main(["--lora-rank", "8"]) == 0
-    assert "(3.6 GiB/GPU of 24 GB); the fastest layout that fits" in capsys.readouterr().out
+    assert plan.main(["--lora-rank", "8", "--micro-batch", "1", "--activation-checkpointing", "full"]) == 0
+    assert "micro-batch 1 x 4 accumulation, full recomputation: fastest that fits on 2 x g6.12xlarge, ~" in (
+        out := capsys.readouterr().out)
+    assert "(3.6 GiB/GPU of 24 GB)\n" in out
 
 
 def test_table_title_and_header():
@@ -816,7 +832,7 @@ def test_the_table_and_the_batch_line_use_the_calibration_they_are_given():
         "batch: 65,536 tokens per step already keeps communication at 0% of the step (at most 10%)")
 
 
-# ------------------------------------------------------------------ selective recomputation
+# ------------------------------------------------------------------ selective recomputation, and auto's picks
 
 def test_selective_recomputation_keeps_half_the_layers_activations_and_the_others_inputs():
     """Qwen2.5-1.5B at 1 x 2,048 (28 layers, hidden 1,536, 46 bytes per token and hidden unit in a layer kept
@@ -877,3 +893,83 @@ def test_a_recomputation_setting_the_model_does_not_know_is_refused():
     assert plan.Workload(activation_checkpointing=False).activation_checkpointing == "none"
     with pytest.raises(ValueError, match=r"^activation_checkpointing: 'auto' is not one of none, selective, full$"):
         plan.Workload(activation_checkpointing="auto")
+
+
+def test_fit_error_names_the_setting_auto_may_not_change():
+    """What auto may change is never the advice; what the options fix is."""
+    per_gpu = plan.Workload(4096, 4, 1, "none", 4096)  # 4 sequences of 4,096 per GPU per step
+    problem = plan.fit_error(QWEN, per_gpu, G6, plan.SHARDINGS, False, "bf16", free=("micro_batch",))
+    assert problem.startswith("--activation-checkpointing: 4 x 4096 tokens per GPU per step, at any micro-batch, without "
+                              "recomputation needs at least ")
+    assert "; micro-batch 4 x 1 accumulation, full recomputation fits at " in problem
+    big = plan.Workload(4096, 16, 1, "full", 8192)
+    problem = plan.fit_error(QWEN, big, G6, plan.SHARDINGS, False, "fp32", free=("activation_checkpointing",))
+    assert problem.startswith("--micro-batch: 16 x 4096 tokens per micro-batch with any recomputation needs at least ")
+    # 7.6B parameters x 16 bytes over a node's 4 L4s is 30 GB a GPU: hybrid cannot fit, full over 16 GPUs can.
+    problem = plan.fit_error(plan.MODELS["qwen2.5-7b"], plan.Workload(2048, 1, 4, "full", 2048), plan.cluster_of(
+        "g6.12xlarge", 4), ("hybrid",), False, "bf16", free=plan.SHAPE_OPTIONS)
+    assert problem.startswith("--sharding: 4 x 2048 tokens per GPU per step, at any micro-batch, with any recomputation "
+                              "needs at least ")
+    assert "on 4 x g6.12xlarge (24 GB per GPU) with hybrid sharding; full, micro-batch " in problem
+
+
+def test_auto_line_names_the_pick_the_reason_and_the_faster_setting_that_does_not_fit():
+    """The default deployment: 2 x g6.12xlarge, 4 sequences of 2,048 per GPU per step, bf16 reduction."""
+    work = plan.Workload(2048, 4, 1, "full", 2048)
+    chosen = plan.choose(QWEN, work, G6, reduce_dtype="bf16", shapes=True)
+    line = plan.auto_line(QWEN, work, G6, chosen, plan.SHAPE_OPTIONS)
+    assert line.startswith(f"auto: {chosen.layout.name}, {plan.describe_shape(chosen.work)}: fastest that fits on "
+                           f"2 x g6.12xlarge, ~{chosen.step_s:.2f} s/step, {chosen.memory_gib:.1f} of 20.9 GiB/GPU")
+    faster = line.split("; faster but too big: ")[1]
+    needs = float(faster.split(", ")[-1].split(" GiB")[0])
+    assert needs > 20.85 and "s/step" in faster  # 22,389,387,264 usable bytes = 20.85 GiB
+    # Nothing faster left out: no reason to name one.
+    fixed = plan.choose(QWEN, work, G6, reduce_dtype="bf16")
+    assert "faster" not in plan.auto_line(QWEN, work, G6, fixed, ())
+
+
+GPU_TYPES = sorted(name for name, spec in INSTANCE_TYPES.items() if spec.gpu)
+
+
+@pytest.mark.parametrize("instance_type", GPU_TYPES)
+@pytest.mark.parametrize("model", ["qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b"])
+def test_auto_never_picks_what_does_not_fit(instance_type, model):
+    """Every GPU type, built-in model and 1, 2 or 4 nodes, at the cluster's batch (65,536 tokens of 2,048) and the
+    h200 profile's (8 x 4,096 on each of 16 GPUs): auto's pick fits, keeps the batch, is the fastest of every layout,
+    micro-batch and recomputation that fits (counted here one by one), and each worker's --sharding auto lands on
+    its layout; or, exactly when nothing fits, it stops with one line naming the GPUs."""
+    from training.config import PlanError, TrainConfig, resolve_auto, validate
+
+    spec = INSTANCE_TYPES[instance_type]
+    for nodes in (1, 2, 4):
+        cluster = plan.cluster_of(instance_type, nodes)
+        for seq_len, batch in ((2048, 65_536), (4096, 524_288)):
+            asked = TrainConfig(model=model, instance_type=instance_type, workers=cluster.world, seq_len=seq_len,
+                                batch_tokens=batch, micro_batch="auto", activation_checkpointing="auto",
+                                loss_chunk_tokens=2048, reduce_dtype="bf16")
+            per_gpu = batch // (cluster.world * seq_len)
+            every = [plan.estimate(plan.MODELS[model], plan.Workload(seq_len, m, per_gpu // m, r, 2048), cluster,
+                                   plan.Layout(s, False, "bf16"))
+                     for m in range(1, per_gpu + 1) if per_gpu % m == 0 for r in ("none", "selective", "full")
+                     for s in (("full", "hybrid") if nodes > 1 else ("full",))]
+            fitting = [e for e in every if e.fits]
+            case = f"{model} on {cluster.name}, {batch:,} tokens of {seq_len}"
+            if not fitting:
+                with pytest.raises(PlanError, match=rf"^--instance-type: {model} fits in no layout, micro-batch or "
+                                                    rf"recomputation on {cluster.name} \({spec.gpu.memory_gb:g} GB per GPU\)"
+                                                    r": the smallest needs [\d.]+ GiB/GPU; use GPUs with more memory, "
+                                                    r"more nodes, or LoRA$"):
+                    validate(asked)
+                continue
+            picked, line = resolve_auto(validate(asked))
+            work = plan.Workload(seq_len, picked.micro_batch, picked.grad_accum, picked.activation_checkpointing, 2048)
+            sharding = line.removeprefix("auto: ").split("+")[0].split(",")[0]
+            mine = plan.estimate(plan.MODELS[model], work, cluster, plan.Layout(sharding, False, "bf16"))
+            assert mine.fits, case
+            assert picked.micro_batch * picked.grad_accum * cluster.world * seq_len == batch, case
+            fastest = min(e.step_s for e in fitting)
+            assert mine.step_s == fastest, case
+            assert mine.memory_gib == min(e.memory_gib for e in fitting if e.step_s == fastest), case
+            assert plan.resolve_sharding("auto", plan.MODELS[model], work, nodes, spec.gpus, spec.gpu, instance_type,
+                                         False, "bf16")[0] == sharding, case
+            assert "\n" not in line

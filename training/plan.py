@@ -3,9 +3,10 @@
 For an instance type, a number of nodes and the training settings, each sharding layout gets its
 FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
 time of each, which one bounds the step, the tokens/s per GPU, the memory per GPU, and the time
-and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory and
-never with one that does not; the plan also names a faster micro-batch or recomputation setting at the
-same tokens per step where one fits, and the smallest batch that keeps the links at most 10% of the step.
+and dollars of the run. auto (`--sharding`, `--micro-batch`, `--activation-checkpointing`) trains with
+the fastest layout, micro-batch and recomputation that fit in memory at the same tokens per step, and
+never with any that does not; the plan also names a faster setting the options fix, where one fits, and the
+smallest batch that keeps the links at most 10% of the step.
 
 Layouts:
 - full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
@@ -518,22 +519,29 @@ def rank_layouts(model: ModelShape, work: Workload, cluster: Cluster,
     return sorted(estimates, key=lambda e: (not e.fits, e.step_s))
 
 
-def same_batch_shapes(work: Workload) -> list[Workload]:
-    """Every micro-batch and recomputation setting with the same sequences per GPU per optimizer step
-    (micro_batch x grad_accum), so the same tokens per step: the optimisation does not change."""
+# What auto may change in a run's shape without changing its batch (the trainer's options of these names).
+SHAPE_OPTIONS = ("micro_batch", "activation_checkpointing")
+
+
+def same_batch_shapes(work: Workload, free: tuple[str, ...] = SHAPE_OPTIONS) -> list[Workload]:
+    """Every micro-batch (a divisor of the sequences per GPU per optimizer step, micro_batch x grad_accum) and
+    recomputation setting, of those in `free`, at the same tokens per step: the optimisation does not change."""
     per_gpu = work.micro_batch * work.grad_accum
+    micro = [mb for mb in range(1, per_gpu + 1) if per_gpu % mb == 0] if "micro_batch" in free else [work.micro_batch]
+    recompute = RECOMPUTATION if "activation_checkpointing" in free else (work.activation_checkpointing,)
     return [dataclasses.replace(work, micro_batch=mb, grad_accum=per_gpu // mb, activation_checkpointing=ac)
-            for mb in range(1, per_gpu + 1) if per_gpu % mb == 0 for ac in RECOMPUTATION]
+            for mb in micro for ac in recompute]
 
 
 def choose(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False, reduce_dtype: str = "fp32",
-           calibration: Calibration = CALIBRATION, shapes: bool = False) -> Estimate | None:
-    """What auto trains with: the fastest layout (full or hybrid) that fits, and with `shapes` also the
-    fastest micro-batch and recomputation at the same tokens per step (same_batch_shapes); ties go to
-    the smaller memory. None when nothing fits. Keeping weights gathered and the reduction dtype stay
-    the user's settings."""
-    works = same_batch_shapes(work) if shapes else [work]
-    shardings = SHARDINGS if cluster.nodes > 1 else ("full",)
+           calibration: Calibration = CALIBRATION, shapes: bool | tuple[str, ...] = False,
+           shardings: tuple[str, ...] = SHARDINGS) -> Estimate | None:
+    """What auto trains with: the fastest layout of `shardings` that fits and, with `shapes` (True: every one of
+    SHAPE_OPTIONS, or the names of those auto may change), the fastest micro-batch and recomputation at the same
+    tokens per step (same_batch_shapes); ties go to the smaller memory. None when nothing fits. Keeping weights
+    gathered and the reduction dtype stay the user's settings."""
+    works = same_batch_shapes(work, SHAPE_OPTIONS if shapes is True else shapes or ())
+    shardings = shardings if cluster.nodes > 1 else ("full",)
     estimates = [estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
                  for w in works for s in shardings]
     fitting = [e for e in estimates if e.fits]
@@ -555,28 +563,59 @@ def describe_shape(work: Workload) -> str:
     return f"micro-batch {work.micro_batch} x {work.grad_accum} accumulation, {RECOMPUTATION_WORDS[work.activation_checkpointing]}"
 
 
+def _asked_shape(work: Workload, free: tuple[str, ...]) -> str:
+    """The shape the options ask for, what auto may change left open."""
+    if "micro_batch" in free:
+        size = f"{work.micro_batch * work.grad_accum} x {work.seq_len} tokens per GPU per step, at any micro-batch,"
+    else:
+        size = f"{work.micro_batch} x {work.seq_len} tokens per micro-batch"
+    recompute = {"none": "without recomputation", "selective": "with selective recomputation",
+                 "full": "with full recomputation"}[work.activation_checkpointing]
+    return f"{size} {'with any recomputation' if 'activation_checkpointing' in free else recompute}"
+
+
 def fit_error(model: ModelShape, work: Workload, cluster: Cluster, shardings: tuple[str, ...], keep_gathered: bool,
-              reduce_dtype: str, calibration: Calibration = CALIBRATION) -> str | None:
-    """None when the run's own shape fits in one of `shardings`; else one line that names the trainer
-    option to change (micro-batch, recomputation, or the GPUs) and what fits at the same batch."""
-    if cluster.nodes == 1:
-        shardings = ("full",)
-    own = [estimate(model, work, cluster, Layout(s, keep_gathered, reduce_dtype), calibration) for s in shardings]
-    if any(e.fits for e in own):
+              reduce_dtype: str, calibration: Calibration = CALIBRATION, free: tuple[str, ...] = ()) -> str | None:
+    """None when the run's own shape, or one auto makes of it by changing what `free` names (SHAPE_OPTIONS), fits
+    in one of `shardings`; else one line that names the trainer option to change (one auto may not change: the
+    micro-batch, recomputation, sharding, or the GPUs) and what fits at the same batch."""
+    if choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, free, shardings) is not None:
         return None
-    need = min(e.memory_gib for e in own)
+    shardings = shardings if cluster.nodes > 1 else ("full",)
+    need = min(estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration).memory_gib
+               for w in same_batch_shapes(work, free) for s in shardings)
     where = f"{cluster.name} ({cluster.gpu.memory_gb:g} GB per GPU)"
     best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
     if best is None:
         least = smallest(model, work, cluster, keep_gathered, reduce_dtype, calibration)
         return (f"--instance-type: {model.name} fits in no layout, micro-batch or recomputation on {where}: the smallest "
                 f"needs {least.memory_gib:.1f} GiB/GPU; use GPUs with more memory, more nodes, or LoRA")
-    option = "--micro-batch" if best.work.micro_batch != work.micro_batch else "--activation-checkpointing"
-    recompute = {"none": "without recomputation", "selective": "with selective recomputation",
-                 "full": "with full recomputation"}[work.activation_checkpointing]
-    return (f"{option}: {work.micro_batch} x {work.seq_len} tokens per micro-batch {recompute} needs {need:.1f} GiB/GPU on {where}; "
+    differs = [o for o in SHAPE_OPTIONS if o not in free and getattr(best.work, o) != getattr(work, o)]
+    option = "--" + differs[0].replace("_", "-") if differs else "--sharding"
+    layout = f"{best.layout.sharding}, " if option == "--sharding" else ""
+    return (f"{option}: {_asked_shape(work, free)} needs {'at least ' if free else ''}{need:.1f} GiB/GPU on {where}"
+            f"{' with ' + '/'.join(shardings) + ' sharding' if option == '--sharding' else ''}; {layout}"
             f"{describe_shape(best.work)} fits at {best.memory_gib:.1f} GiB (~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU), "
             "the same tokens per step")
+
+
+def auto_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estimate, free: tuple[str, ...],
+              shardings: tuple[str, ...] = SHARDINGS, calibration: Calibration = CALIBRATION) -> str:
+    """What auto picked (layout, micro-batch, recomputation) and why: the fastest that fits; with the fastest
+    of what it could pick that does not fit, when there is one."""
+    layout = chosen.layout
+    shardings = shardings if cluster.nodes > 1 else ("full",)
+    candidates = [estimate(model, w, cluster, Layout(s, layout.keep_gathered, layout.reduce_dtype), calibration)
+                  for w in same_batch_shapes(work, free) for s in shardings]
+    faster = [e for e in candidates if not e.fits and e.step_s < chosen.step_s]
+    usable = usable_bytes(cluster.gpu) / GIB
+    line = (f"auto: {layout.name}, {describe_shape(chosen.work)}: fastest that fits on {cluster.name}, "
+            f"~{chosen.step_s:.2f} s/step, {chosen.memory_gib:.1f} of {usable:.1f} GiB/GPU")
+    if faster:
+        top = min(faster, key=lambda e: (e.step_s, e.memory_gib))
+        line += (f"; faster but too big: {top.layout.name}, {describe_shape(top.work)} "
+                 f"(~{top.step_s:.2f} s/step, {top.memory_gib:.1f} GiB/GPU)")
+    return line
 
 
 # The share of the step the links may take beyond the compute before the batch is worth raising.
@@ -722,40 +761,51 @@ def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Cali
 
 
 def auto_lines(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False,
-               reduce_dtype: str = "fp32", calibration: Calibration = CALIBRATION) -> list[str]:
-    """What --sharding auto picks for this shape and why; a faster micro-batch or recomputation setting at
-    the same tokens per step, if one fits; the batch that makes the links cheap. When nothing fits, what to change."""
-    chosen = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration)
+               reduce_dtype: str = "fp32", calibration: Calibration = CALIBRATION, free: tuple[str, ...] = ()) -> list[str]:
+    """What auto picks and why: the layout and, for the options `free` names (SHAPE_OPTIONS), the micro-batch and
+    recomputation at the same tokens per step; what that run takes; a faster micro-batch or recomputation setting
+    that the options fix, if one fits; the batch that makes the links cheap. When nothing fits, what to change."""
+    chosen = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=free)
     batch = work.tokens_per_step * cluster.world
-    settings = f"{reduce_dtype} reduction, weights {'kept gathered' if keep_gathered else 'resharded'}"
     if chosen is None:
-        lines = [f"auto ({settings}): no layout fits: "
-                 + fit_error(model, work, cluster, SHARDINGS, keep_gathered, reduce_dtype, calibration)]
+        lines = ["auto: nothing fits: " + fit_error(model, work, cluster, SHARDINGS, keep_gathered, reduce_dtype, calibration,
+                                                    free)]
         if not work.lora_rank and choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True) is None:
             lora = dataclasses.replace(work, lora_rank=LORA_RANK_SUGGESTED)
             found = choose(model, lora, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
             if found:
                 lines.append(f"LoRA fits (--lora-rank {LORA_RANK_SUGGESTED}: " + summary_line(model, lora, cluster, found) + ")")
         return lines
-    lines = [f"auto ({settings}): {summary_line(model, work, cluster, chosen)}; the fastest layout that fits"]
+    lines = [auto_line(model, work, cluster, chosen, free, calibration=calibration),
+             "run: " + summary_line(model, chosen.work, cluster, chosen)]
     best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
     if best.step_s < 0.95 * chosen.step_s:
         lines.append(f"faster at the same {batch:,} tokens per step: {describe_shape(best.work)} "
                      f"({best.layout.name}, ~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {best.memory_gib:.1f} GiB/GPU)")
-    lines.append(batch_line(model, work, cluster, chosen, calibration))
+    lines.append(batch_line(model, chosen.work, cluster, chosen, calibration))
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.config import GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
+    from training.config import AUTO, GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
 
     parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of training/hardware.py")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--model", default="qwen2.5-1.5b", help=f"{', '.join(MODELS)} or a hub id of one")
-    parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES), help="the trainer's GPU profile")
+    parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES),
+                        help="the trainer's GPU profile: sequence length, batch, loss chunk, weights kept gathered or not")
     parser.add_argument("--seq-len", type=int)
-    parser.add_argument("--micro-batch", type=int)
+    def micro_batch(value: str) -> int | str:
+        return value if value == AUTO else int(value)
+
+    parser.add_argument("--micro-batch", default=AUTO, type=micro_batch,
+                        help="sequences per GPU per micro-batch, or auto (the cluster's default): the fastest split of "
+                        "the batch that fits")
+    parser.add_argument("--activation-checkpointing", default=AUTO, choices=RECOMPUTATION + (AUTO,),
+                        help="auto (the cluster's default): the fastest that fits")
+    parser.add_argument("--reduce-dtype", default="bf16", choices=tuple(REDUCE_DTYPES),
+                        help="gradient reduction dtype (bf16: the cluster's default)")
     parser.add_argument("--batch-tokens", type=int, help="tokens per optimizer step over all GPUs (default: the "
                         "profile's micro-batch x accumulation on every GPU; the cluster's training.batch_tokens)")
     parser.add_argument("--steps", type=int, default=200)
@@ -775,18 +825,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile = GPU_PROFILES[args.profile]
     cluster = cluster_of(args.instance_type, args.nodes)
-    seq_len, micro_batch = args.seq_len or profile["seq_len"], args.micro_batch or profile["micro_batch"]
-    batch = args.batch_tokens or seq_len * micro_batch * profile.get("grad_accum", 1) * cluster.world
+    seq_len = args.seq_len or profile["seq_len"]
+    free = tuple(o for o in SHAPE_OPTIONS if getattr(args, o) == AUTO)
+    micro = args.micro_batch if args.micro_batch != AUTO else None
+    batch = args.batch_tokens or seq_len * (micro or profile["micro_batch"]) * profile.get("grad_accum", 1) * cluster.world
     try:
-        accum = grad_accum_for(batch, cluster.world, micro_batch, seq_len)
+        accum = grad_accum_for(batch, cluster.world, micro or 1, seq_len)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    work = Workload(seq_len=seq_len, micro_batch=micro_batch, grad_accum=accum,
-                    activation_checkpointing=profile["activation_checkpointing"],
+    # auto splits each GPU's sequences per step: asked for as one micro-batch of all of them.
+    work = Workload(seq_len=seq_len, micro_batch=micro or accum, grad_accum=accum if micro else 1,
+                    activation_checkpointing=profile["activation_checkpointing"] if "activation_checkpointing" in free
+                    else args.activation_checkpointing,
                     loss_chunk_tokens=profile["loss_chunk_tokens"], steps=args.steps, lora_rank=args.lora_rank)
-    print(table(model, work, cluster))
-    print("\n".join(auto_lines(model, work, cluster, profile.get("reshard_after_forward", True) is False)))
+    keep_gathered = profile.get("reshard_after_forward", True) is False
+    chosen = choose(model, work, cluster, keep_gathered, args.reduce_dtype, shapes=free)
+    print(table(model, chosen.work if chosen else work, cluster))
+    print("\n".join(auto_lines(model, work, cluster, keep_gathered, args.reduce_dtype, free=free)))
     return 0
 
 
