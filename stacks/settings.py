@@ -15,6 +15,7 @@ import ipaddress
 import json
 import re
 import shlex
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,8 @@ from cdk_constructs.instance_types import INSTANCE_TYPES
 from cdk_constructs.log_groups import RETENTION_DAYS
 from training.config import GPU_PROFILES
 
-# The cluster trains on L4s (g6.12xlarge) by default: the trainer's l4 profile, measured to fit.
+# The cluster trains on L4s (g6.12xlarge) by default: the trainer's l4 profile's sequence length, compile and
+# loss chunk; the micro-batch and recomputation are auto (training.plan's fastest that fits).
 _L4 = GPU_PROFILES["l4"]
 
 # EKS can create these minor versions (late 2026; 1.29 and 1.30 left extended support).
@@ -68,12 +70,13 @@ class TrainingSettings:
     """Optimizer steps."""
     seq_len: int = field(default=_L4["seq_len"], metadata=_trainer())
     """Tokens per sequence."""
-    micro_batch: int = field(default=_L4["micro_batch"], metadata=_trainer())
-    """Sequences per GPU per forward pass (1 x 2048 fits an L4 with activation checkpointing)."""
+    micro_batch: int | str = field(default="auto", metadata=_trainer())
+    """Sequences per GPU per forward pass, or auto: training.plan picks it (see activation_checkpointing)."""
     batch_tokens: int = field(default=65_536, metadata=_trainer())
     """Tokens per optimizer step over all GPUs: the batch the optimisation sees. Each GPU's accumulation
-    is derived from it (batch_tokens / (GPUs x micro_batch x seq_len); 8 x 1 x 2048 x 4 by default), so
-    changing gpu_node_count keeps the optimisation; a batch the GPUs cannot split evenly is refused."""
+    is derived from it (batch_tokens / (GPUs x micro_batch x seq_len); by default 8 GPUs x 4 sequences of
+    2048, which auto runs as one micro-batch of 4), so changing gpu_node_count keeps the optimisation; a batch
+    the GPUs cannot split evenly is refused."""
     learning_rate: float = field(default=2e-5, metadata=_trainer("lr"))
     """Peak learning rate after warmup."""
     data: str = field(default="random", metadata=_trainer())
@@ -103,8 +106,16 @@ class TrainingSettings:
     """Hold out this fraction of the documents of `data` for validation (0 to 0.5)."""
     eval_every: int = field(default=0, metadata=_trainer())
     """Steps between validation passes (0: only at the end); needs val_data or val_fraction."""
-    activation_checkpointing: bool = field(default=_L4["activation_checkpointing"], metadata=_trainer())
-    """Recompute each decoder layer in backward: needed to fit 24 GB GPUs."""
+    activation_checkpointing: str | bool = field(default="auto", metadata=_trainer())
+    """Which decoder layers recompute their forward in backward: none, selective (every second layer: half the
+    activation memory and half the extra compute of full), full (every layer: least memory, about 1/3 more
+    compute), or auto. true and false, the old boolean form, still mean full and none.
+    auto, here and for micro_batch: for the GPU type, node count and model (a built-in or its hub id), the trainer
+    takes training.plan's fastest layout (with sharding auto), micro-batch and recomputation that fits in memory,
+    ties going to the least memory. The micro-batch divides each GPU's sequences per step (batch_tokens / (GPUs x
+    seq_len)), so the batch and the optimisation stay as set. Synth prints the pick and why (the trainer logs the
+    same line), and refuses in one line, naming the setting to change, when nothing fits; a model of unknown shape
+    needs values instead of auto."""
     compile: bool = field(default=_L4["compile"], metadata=_trainer())
     """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
     sharding: str = field(default="auto", metadata=_trainer())
@@ -252,10 +263,19 @@ def _parse(key: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
     """Turn a context value (JSON or a `-c` string) into the field's type."""
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
-    if origin is typing.Union or type(None) in args:
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in args if a is not type(None)]
+        if len(arms) < len(args) and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null"))):
             return None
-        return _parse(key, raw, next(a for a in args if a is not type(None)))
+        for arm in arms:  # the first of the union's types, in order, that the value parses as
+            try:
+                return _parse(key, raw, arm)
+            except SettingsError as error:
+                refused = error
+        if len(arms) == 1:
+            raise refused
+        kinds = {int: "an integer", str: "a string", bool: "true or false", float: "a number"}
+        raise SettingsError(f"{key}: expected {' or '.join(kinds[a] for a in arms)}, got {raw!r}")
     if annotation is bool:
         if isinstance(raw, bool):
             return raw
@@ -550,7 +570,7 @@ def _validate_instance(s: Settings) -> None:
 
 def _validate_training(s: Settings) -> None:
     from cdk_constructs.ray_manifests import RayClusterSpec, RayJobSpec
-    from training.config import ConfigError, parse_args
+    from training.config import ConfigError, PlanError, parse_args
 
     t = s.training
     _require(re.fullmatch(r"[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})", t.image) is not None,
@@ -582,6 +602,8 @@ def _validate_training(s: Settings) -> None:
     try:
         parse_args(shlex.split(job.entrypoint())[3:])
     except ConfigError as error:
+        if isinstance(error, PlanError):  # the values passed: a path the pods cannot read is named before the plan
+            _validate_pod_paths(t)
         option, _, rest = str(error).partition(": ")
         # Every trainer --option the message names, as the setting it comes from.
         rest = re.sub(r"--([a-z][a-z-]*)", lambda m: _setting_of_option(m.group(1).replace("-", "_")), rest)

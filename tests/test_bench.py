@@ -110,20 +110,17 @@ def test_unknown_profile_is_refused():
         parse_args(["--profile", "a100"])
 
 
-def test_cluster_defaults_are_the_l4_profile():
-    from stacks.settings import TrainingSettings
-
-    from stacks.settings import Settings
-    from training.config import TrainConfig, validate
+def test_cluster_defaults_are_the_l4_profile_with_its_shape_left_to_auto():
+    from stacks.settings import Settings, TrainingSettings
 
     t = TrainingSettings()
     for key, value in GPU_PROFILES["l4"].items():
-        if key != "grad_accum":  # per GPU in the profile; the cluster sets the global batch
+        if key in ("micro_batch", "activation_checkpointing"):  # training.plan picks them for the nodes
+            assert getattr(t, key) == "auto", key
+        elif key != "grad_accum":  # per GPU in the profile; the cluster sets the global batch
             assert getattr(t, key) == value, key
-    # The trainer derives the profile's 4 micro-batches per GPU from the batch on the default 2 x 4 GPUs.
-    derived = validate(TrainConfig(batch_tokens=t.batch_tokens, workers=Settings().training_workers, seq_len=t.seq_len,
-                                   micro_batch=t.micro_batch))
-    assert derived.grad_accum == GPU_PROFILES["l4"]["grad_accum"]
+    # The profile's batch: 1 x 2,048 tokens x 4 micro-batches on each of the default 2 x 4 GPUs.
+    assert t.batch_tokens == 1 * 2048 * 4 * Settings().training_workers == 65_536
 
 
 def test_bad_model_is_one_line(capsys):
@@ -290,3 +287,16 @@ def test_the_full_suite_runs_the_peer_beside_the_default_and_goes_on_without_lig
     assert bench.main(["--cpu", "--suite", "full", "--groups", "nope", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "note: liger_kernel is not installed" in err and "error: --groups: nope not in suite full" in err
+
+
+def test_the_emulation_predicts_every_recorded_sockets_case():
+    """The layouts runs of 2026-11-30, re-predicted from their own link and NVLink measurements: one row per sockets
+    case (7), whatever form the recorded recomputation setting takes."""
+    from tests.conftest import ROOT
+
+    results = ROOT / "docs" / "bench-results"
+    nvlink = json.loads((results / "2026-11-30-h200x2-layouts-nvlink-and-reduce-dtype.json").read_text())
+    sockets = json.loads((results / "2026-11-30-h200x2-layouts-sockets.json").read_text())
+    rows = bench.emulation_rows(nvlink["cases"] + sockets["cases"], sockets["links"], bench.BENCH_MODEL)
+    assert [r["name"] for r in rows] == [c["name"] for c in sockets["cases"] if "error" not in c]
+    assert all(r["predicted_step_s"] > 0 for r in rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import aws_cdk as cdk
 import cfnlint.api
@@ -11,7 +12,7 @@ from aws_cdk.assertions import Annotations, Match
 from cdk_nag import AwsSolutionsChecks
 
 from tests.conftest import synth_stack, template_for
-from tools.review import review_lines
+from tools.review import _manifests, review_lines
 
 VARIANTS = {
     "default": {},
@@ -59,16 +60,33 @@ def test_review_prices_fixed_gpu_nodes_as_idle():
 def test_review_follows_overrides():
     lines = review_lines(template_for(gpu_node_count=4).to_json())
     assert any("0 to 4 (autoscaled) x g6.12xlarge" in line for line in lines)
-    # The same 65,536-token batch on 16 GPUs: 65,536 / (16 x 1 x 2,048) = 2 micro-batches each, not 4.
-    assert any(line.startswith("training: 4 x g6.12xlarge, hybrid+bf16, micro-batch 1 x 2 accumulation") for line in lines)
+    # The same 65,536-token batch on 16 GPUs: 65,536 / (16 x 2,048) = 2 sequences each per step, not 4.
+    assert any(line.startswith("training: 4 x g6.12xlarge, hybrid+bf16, micro-batch 2 x 1 accumulation") for line in lines)
 
 
 def test_review_names_the_batch_that_makes_the_link_cheap(template):
-    lines = review_lines(template.to_json())
+    lines = review_lines(template_for(**{"training.micro_batch": 1, "training.activation_checkpointing": "full"}).to_json())
     training = next(i for i, line in enumerate(lines) if line.startswith("training: 2 x g6.12xlarge, hybrid+bf16, "
                                                                           "micro-batch 1 x 4 accumulation"))
     assert lines[training + 1].startswith("batch: the links cost ")
     assert "at 65,536 tokens; from batch_tokens " in lines[training + 1] and "~$" in lines[training + 1]
+
+
+def test_review_prints_what_auto_picked_and_why_as_the_trainer_logs_it(template):
+    """The default deployment leaves the micro-batch and recomputation to auto: the review shows the pick and its
+    reason under the training line, the very line the trainer prints when it starts (training.train.apply_auto, with
+    training.config.resolve_auto on the RayJob's own entrypoint); a run with both set has no auto line."""
+    from training.config import parse_args, resolve_auto
+
+    lines = review_lines(template.to_json())
+    training = next(i for i, line in enumerate(lines) if line.startswith("training: "))
+    entrypoint = _manifests(template.to_json(), "RayJob")[0]["spec"]["entrypoint"]
+    picked, line = resolve_auto(parse_args(shlex.split(entrypoint)[3:]))
+    assert lines[training + 1] == line
+    assert line.startswith("auto: hybrid+bf16, micro-batch ") and ": fastest that fits on 2 x g6.12xlarge, ~" in line
+    assert f"micro-batch {picked.micro_batch} x {picked.grad_accum} accumulation" in lines[training]
+    fixed = review_lines(template_for(**{"training.micro_batch": 1, "training.activation_checkpointing": "full"}).to_json())
+    assert not any(line.startswith("auto: ") for line in fixed)
 
 
 def test_per_run_cost_counts_the_gpu_nodes_from_start_to_removal(template, monkeypatch):

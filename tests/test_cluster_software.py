@@ -346,13 +346,19 @@ def test_ray_job_retries_on_a_new_cluster_and_the_submitter_on_its_own(template)
         0, {"backoffLimit": 3}, 30)
 
 
-def test_ray_job_runs_the_measured_l4_profile(template):
-    """The whole entrypoint, parsed by the trainer itself, carries the l4 profile's settings."""
-    from training.config import GPU_PROFILES, parse_args
+def test_ray_job_runs_the_l4_profile_with_its_shape_left_to_auto(template):
+    """The whole entrypoint, parsed by the trainer itself, carries the l4 profile's settings but its micro-batch
+    and recomputation, which it leaves to auto; what auto picks keeps the profile's 1 x 4 sequences per GPU."""
+    from training.config import GPU_PROFILES, parse_args, resolve_auto
 
     config = parse_args(shlex.split(manifest_of(template, "RayJob")["spec"]["entrypoint"])[3:])
-    for key, value in GPU_PROFILES["l4"].items():
-        assert getattr(config, key) == value, key
+    l4 = GPU_PROFILES["l4"]
+    for key, value in l4.items():
+        if key not in ("micro_batch", "grad_accum", "activation_checkpointing"):
+            assert getattr(config, key) == value, key
+    assert (config.micro_batch, config.activation_checkpointing) == ("auto", "auto")
+    picked, _ = resolve_auto(config)
+    assert picked.micro_batch * picked.grad_accum == l4["micro_batch"] * l4["grad_accum"]
     assert config.reshard_after_forward is True
 
 

@@ -68,7 +68,7 @@ def test_the_planner_says_which_models_need_lora_on_8_l4(model, needs_lora, caps
     # 8 GPUs, 15 GB for 7.6B and 30 GB for 14.8B, against 24 GB L4s that also hold activations.
     assert main(["--model", model, "--instance-type", "g6.12xlarge", "--nodes", "2", "--profile", "l4"]) == 0
     out = capsys.readouterr().out
-    assert ("): no layout fits: " in out) == needs_lora
+    assert ("\nauto: nothing fits: " in out) == needs_lora
     assert ("\nLoRA fits (--lora-rank 16: " in out) == needs_lora
     if needs_lora:
         lora_line = out.splitlines()[-1]

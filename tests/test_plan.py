@@ -115,7 +115,7 @@ def test_a_layout_that_does_not_fit_is_never_chosen():
     assert plan.choose(QWEN, no_recompute, G6) is None
     with pytest.raises(plan.LayoutError, match=r"--activation-checkpointing: 8 x 4096 tokens per micro-batch without "
                        r"recomputation needs .* GiB/GPU on 2 x g6.12xlarge \(24 GB per GPU\); micro-batch 8 x 1 accumulation, "
-                       r"recomputation fits"):
+                       r"full recomputation fits"):
         plan.resolve_sharding("auto", QWEN, no_recompute, 2, 4, GPUS["L4"], "g6.12xlarge", False, "fp32")
 
 
@@ -126,7 +126,8 @@ def test_run_cost_is_time_times_the_clusters_price():
 
 def test_summary_line_says_what_the_deployment_will_do():
     line = plan.summary_line(QWEN, L4_SHAPE, G6, plan.choose(QWEN, L4_SHAPE, G6))
-    assert line.startswith("2 x g6.12xlarge, hybrid, micro-batch 1 x 4 accumulation, recomputation: inter-node link-bound, ~1,")
+    assert line.startswith("2 x g6.12xlarge, hybrid, micro-batch 1 x 4 accumulation, full recomputation: inter-node "
+                           "link-bound, ~1,")
     assert "200 steps in ~" in line
 
 
@@ -165,10 +166,11 @@ def test_resolve_sharding():
 
 
 def test_plan_cli_prints_every_layout(capsys):
-    assert plan.main(["--instance-type", "g6.12xlarge", "--nodes", "2"]) == 0
+    assert plan.main(["--instance-type", "g6.12xlarge", "--nodes", "2", "--micro-batch", "1",
+                      "--activation-checkpointing", "full", "--reduce-dtype", "fp32"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n| hybrid") + out.count("\n| full") == 8
-    assert "auto (fp32 reduction, weights resharded): 2 x g6.12xlarge, hybrid" in out
+    assert "\nauto: hybrid, micro-batch 1 x 4 accumulation, full recomputation: fastest that fits on 2 x g6.12xlarge" in out
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -308,11 +310,17 @@ def test_auto_on_p5_never_picks_what_does_not_fit_and_keeps_the_batch(capsys):
     assert plan.choose(QWEN, h200_profile, p5, keep_gathered=True) is None
     best = plan.choose(QWEN, h200_profile, p5, keep_gathered=True, shapes=True)
     assert best.fits and best.work.micro_batch * best.work.grad_accum == 8  # 8 x 4096 tokens per GPU per step
-    assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200"]) == 0
+    assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200", "--micro-batch", "8",
+                      "--activation-checkpointing", "none", "--reduce-dtype", "fp32"]) == 0
     out = capsys.readouterr().out
-    assert ("auto (fp32 reduction, weights kept gathered): no layout fits: --micro-batch: 8 x 4096 tokens per "
-            "micro-batch without recomputation needs 88.0 GiB/GPU") in out
+    assert ("auto: nothing fits: --micro-batch: 8 x 4096 tokens per micro-batch without recomputation needs 88.0 "
+            "GiB/GPU") in out
     assert "micro-batch 4 x 2 accumulation, no recomputation fits at 57.9 GiB" in out
+    # Left to auto, the micro-batch is that one: the fastest of the divisors of 8 that fits.
+    assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200", "--activation-checkpointing", "none",
+                      "--reduce-dtype", "fp32"]) == 0
+    assert "\nauto: hybrid+gathered, micro-batch 4 x 2 accumulation, no recomputation: fastest that fits" in (
+        capsys.readouterr().out)
 
 
 def test_nothing_fits_at_any_shape_names_the_gpus():
@@ -370,12 +378,14 @@ def test_the_link_term_matches_what_bf16_saves_at_accumulation_16():
 
 
 def test_plan_cli_offers_a_faster_shape_at_the_same_batch_and_lora_when_nothing_fits(capsys):
-    assert plan.main([]) == 0  # 2 x g6.12xlarge, l4 profile: 65,536 tokens per step
-    assert "\nfaster at the same 65,536 tokens per step: micro-batch 4 x 1 accumulation, recomputation" in capsys.readouterr().out
+    # 2 x g6.12xlarge, l4 profile: 65,536 tokens per step, its 1 x 2048 x 4 with full recomputation fixed.
+    assert plan.main(["--micro-batch", "1", "--activation-checkpointing", "full", "--reduce-dtype", "fp32"]) == 0
+    assert ("\nfaster at the same 65,536 tokens per step: micro-batch 4 x 1 accumulation, full recomputation"
+            in capsys.readouterr().out)
     # 14.8B parameters: 16 bytes each over a node's 4 GPUs is 59 GB per 24 GB GPU; LoRA's adapters are small.
     assert plan.main(["--model", "qwen2.5-14b"]) == 0
     out = capsys.readouterr().out
-    assert "auto (fp32 reduction, weights resharded): no layout fits: --instance-type: qwen2.5-14b fits in no layout" in out
+    assert "auto: nothing fits: --instance-type: qwen2.5-14b fits in no layout" in out
     assert "\nLoRA fits (--lora-rank 16: 2 x g6.12xlarge, " in out
 
 
@@ -570,7 +580,12 @@ def test_the_reference_gpus_basis_names_its_efficiency_and_shape(work, shape):
 def test_same_batch_shapes_are_every_divisor_of_the_sequences_per_gpu():
     shapes = plan.same_batch_shapes(plan.Workload(2048, 2, 2, True))
     assert [(w.micro_batch, w.grad_accum, w.activation_checkpointing) for w in shapes] == [
-        (1, 4, False), (1, 4, True), (2, 2, False), (2, 2, True), (4, 1, False), (4, 1, True)]
+        (m, 4 // m, r) for m in (1, 2, 4) for r in ("none", "selective", "full")]
+    # What the options fix stays: the micro-batch alone, or the recomputation alone.
+    assert [(w.micro_batch, w.activation_checkpointing) for w in plan.same_batch_shapes(
+        plan.Workload(2048, 2, 2, "none"), ("micro_batch",))] == [(1, "none"), (2, "none"), (4, "none")]
+    assert [(w.micro_batch, w.activation_checkpointing) for w in plan.same_batch_shapes(
+        plan.Workload(2048, 2, 2, "none"), ("activation_checkpointing",))] == [(2, "none"), (2, "selective"), (2, "full")]
 
 
 def test_one_node_chooses_full_sharding_by_its_name():
@@ -612,7 +627,8 @@ def test_fit_error_names_the_memory_of_the_resharded_layout_in_full():
     no_recompute = plan.Workload(seq_len=4096, micro_batch=8, grad_accum=1, activation_checkpointing=False)
     problem = plan.fit_error(QWEN, no_recompute, G6, plan.SHARDINGS, False, "fp32")
     assert problem.startswith("--activation-checkpointing: 8 x 4096 tokens per micro-batch without recomputation needs "
-                              "82.6 GiB/GPU on 2 x g6.12xlarge (24 GB per GPU); micro-batch 8 x 1 accumulation, recomputation")
+                              "82.6 GiB/GPU on 2 x g6.12xlarge (24 GB per GPU); micro-batch 8 x 1 accumulation, full "
+                              "recomputation")
     assert problem.endswith(" tok/s/GPU), the same tokens per step")
 
 
@@ -625,7 +641,7 @@ def test_fit_error_on_one_node():
 def test_fit_error_says_with_recomputation_when_the_micro_batch_is_what_to_change():
     big = plan.Workload(seq_len=4096, micro_batch=16, grad_accum=1, activation_checkpointing=True, loss_chunk_tokens=8192)
     assert plan.fit_error(QWEN, big, G6, plan.SHARDINGS, False, "fp32").startswith(
-        "--micro-batch: 16 x 4096 tokens per micro-batch with recomputation needs")
+        "--micro-batch: 16 x 4096 tokens per micro-batch with full recomputation needs")
 
 
 def test_the_batch_search_stops_at_its_limit():
@@ -697,7 +713,7 @@ def test_when_nothing_fits_the_smallest_keeps_the_weights_gathered_if_asked():
 
 def test_plan_cli_accepts_one_node_and_one_step(capsys):
     assert plan.main(["--nodes", "1", "--steps", "1"]) == 0
-    assert "auto (fp32 reduction, weights resharded): 1 x g6.12xlarge, full, " in capsys.readouterr().out
+    assert "\nauto: full+bf16, micro-batch " in capsys.readouterr().out
 
 
 def test_plan_cli_runs_the_steps_it_is_given_else_200(capsys):
@@ -713,8 +729,9 @@ def test_plan_cli_knows_a_models_hub_id(capsys):
 
 
 def test_plan_cli_reads_the_shape_as_numbers(capsys):
-    assert plan.main(["--seq-len", "1024", "--micro-batch", "2"]) == 0
-    assert "qwen2.5-1.5b, 2 x 1024 x 4 micro-batches per GPU, recomputation (65,536 tokens per step)" in (
+    # The l4 profile's batch, 8 GPUs x 1 x 2048 x 4 = 65,536 tokens, at 1,024 tokens a sequence: 4 micro-batches of 2.
+    assert plan.main(["--seq-len", "1024", "--micro-batch", "2", "--activation-checkpointing", "full"]) == 0
+    assert "qwen2.5-1.5b, 2 x 1024 x 4 micro-batches per GPU, full recomputation (65,536 tokens per step)" in (
         capsys.readouterr().out)
 
 
@@ -723,14 +740,16 @@ def test_plan_cli_plans_the_lora_rank_it_is_given(capsys):
     1,543,714,304 frozen) / 4 = 799,554,304, the unsharded fp32 accumulator 4 x 9,232,384 = 36,929,536, the root
     and two layers 653,941,760, activations with recomputation 2 x 2048 x 1536 x 28 + 46 x 2048 x 1536 =
     320,864,256, the loss chunk 4 x 2048 x 151,936 = 1,244,659,712: 3,055,949,568 B x 1.27 = 3.6 GiB."""
-    assert plan.main(["--lora-rank", "8"]) == 0
-    assert "(3.6 GiB/GPU of 24 GB); the fastest layout that fits" in capsys.readouterr().out
+    assert plan.main(["--lora-rank", "8", "--micro-batch", "1", "--activation-checkpointing", "full"]) == 0
+    assert "micro-batch 1 x 4 accumulation, full recomputation: fastest that fits on 2 x g6.12xlarge, ~" in (
+        out := capsys.readouterr().out)
+    assert "(3.6 GiB/GPU of 24 GB)\n" in out
 
 
 def test_table_title_and_header():
     assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[:3] == [
         "2 x g6.12xlarge (8 x L4, pcie 32 GB/s per GPU, network 5 GB/s per node), qwen2.5-1.5b, 1 x 2048 x 4 "
-        "micro-batches per GPU, recomputation (65,536 tokens per step)",
+        "micro-batches per GPU, full recomputation (65,536 tokens per step)",
         "| layout | step s | compute s | intra-node s (GB) | inter-node s (GB) | bound | tok/s/GPU | MFU | memory GiB | "
         "fits | run | run $ |",
         "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
@@ -811,3 +830,146 @@ def test_the_table_and_the_batch_line_use_the_calibration_they_are_given():
     chosen = plan.choose(QWEN, L4_SHAPE, G6, calibration=instant)
     assert plan.batch_line(QWEN, L4_SHAPE, G6, chosen, instant) == (
         "batch: 65,536 tokens per step already keeps communication at 0% of the step (at most 10%)")
+
+
+# ------------------------------------------------------------------ selective recomputation, and auto's picks
+
+def test_selective_recomputation_keeps_half_the_layers_activations_and_the_others_inputs():
+    """Qwen2.5-1.5B at 1 x 2,048 (28 layers, hidden 1,536, 46 bytes per token and hidden unit in a layer kept
+    whole): one layer's activations are 46 x 2,048 x 1,536 = 144,703,488 B, its bf16 input 2 x 2,048 x 1,536 =
+    6,291,456 B. Full: 28 inputs + one layer being recomputed = 176,160,768 + 144,703,488 = 320,864,256. Selective
+    (layers 2, 4, ..., 28 recomputed): 14 layers whole, 2,025,848,832, + 14 inputs, 88,080,384, + the recomputed
+    one = 2,258,632,704. None: 28 whole layers = 4,051,697,664. Everything else is the same in the three."""
+    def memory(recomputation: str) -> float:
+        work = plan.Workload(2048, 1, 4, recomputation, 2048)
+        return plan.memory_bytes(QWEN, work, plan.Layout("hybrid"), shard=4, calibration=plan.CALIBRATION)
+
+    assert memory("selective") - memory("full") == 2_258_632_704 - 320_864_256
+    assert memory("none") - memory("selective") == 4_051_697_664 - 2_258_632_704
+
+
+def test_selective_on_an_odd_number_of_layers_recomputes_the_lower_half():
+    """5 layers: training.model recomputes the 2nd and 4th (tests/test_activation_checkpointing.py), so 3 stay
+    whole. tiny-sized (hidden 64) at 8 tokens: a layer 46 x 8 x 64 = 23,552 B, an input 2 x 8 x 64 = 1,024 B;
+    selective 3 x 23,552 + 2 x 1,024 + 23,552 = 96,256, none 5 x 23,552 = 117,760: 21,504 apart."""
+    five = dataclasses.replace(plan.MODELS["tiny"], layers=5)
+    work = plan.Workload(seq_len=8, micro_batch=1, grad_accum=1, loss_chunk_tokens=8)
+    memory = lambda r: plan.memory_bytes(five, dataclasses.replace(work, activation_checkpointing=r), plan.Layout(),  # noqa: E731
+                                         shard=1, calibration=plan.CALIBRATION)
+    assert memory("none") - memory("selective") == 117_760 - 96_256
+
+
+def test_selective_recomputation_costs_the_midpoint_of_none_and_full_on_the_reference_gpu():
+    """One H200, 8 x 4096: 32,768 tokens x 11,376,215,040 FLOPs = 3.7278e14 per step. Measured efficiencies 0.727
+    without and 0.595 with full recomputation: 3.7278e14 / (788.3e12 x 0.727) = 0.65046 s and / (788.3e12 x 0.595)
+    = 0.79477 s; selective, half the layers recomputed, the midpoint 0.72261 s (an efficiency of 0.65441)."""
+    one_h200 = plan.Cluster(gpu=H200, nodes=1, gpus_per_node=1, inter_node_gbps=0.0)
+    work = plan.Workload(4096, 8, 1, "selective", 8192)
+    assert plan.estimate(QWEN, work, one_h200, plan.Layout("full")).compute_s == pytest.approx(0.72261, rel=1e-4)
+    assert plan.CALIBRATION.reference_efficiency(work) == pytest.approx(0.65441, rel=1e-4)
+
+
+def test_selective_recomputation_costs_the_midpoint_of_the_kernel_profiles_on_another_gpu():
+    """1 x 2048 x 4 on an L4. The H200's kernels at 2,048 tokens: without recomputation 683 model TFLOP/s in matmul
+    kernels and 14.346 us of memory-bound kernels per token, with full recomputation 563 and 14.650. At 8,192 tokens
+    x 10,319,250,432 FLOPs: matmul 0.12377 s and 0.15015 s, midpoint 0.13696 s; memory-bound 0.11752 s and 0.12001 s,
+    midpoint 0.11877 s. Scaled to the L4 (96.45 TFLOP/s, 237.4 GB/s; test_an_l4_step_is_...): 0.13696 x 788.3 / 96.45
+    = 1.1195 s + 0.11877 x 3,799 / 237.4 = 1.9003 s = 3.0197 s, above the host's 0.69 s."""
+    work = plan.Workload(2048, 1, 4, "selective", 2048)
+    assert plan.estimate(QWEN, work, G6, plan.Layout("hybrid")).compute_s == pytest.approx(3.0197, rel=1e-3)
+    tflops, memory_us = plan.CALIBRATION.kernel_profile(work, QWEN)
+    assert tflops == pytest.approx(2 / (1 / 683 + 1 / 563)) and memory_us == pytest.approx((14.346 + 14.650) / 2)
+
+
+def test_the_basis_line_says_selective_is_the_midpoint():
+    work = plan.Workload(2048, 1, 4, "selective", 2048)
+    for gpu in (H200, GPUS["L4"]):
+        assert ("2,048 tokens per micro-batch with selective recomputation, costed at the midpoint of none's and "
+                "full's per token") in plan.CALIBRATION.basis(gpu, work, QWEN)
+
+
+def test_a_recomputation_setting_the_model_does_not_know_is_refused():
+    assert plan.Workload(activation_checkpointing=True).activation_checkpointing == "full"  # recorded runs' booleans
+    assert plan.Workload(activation_checkpointing=False).activation_checkpointing == "none"
+    with pytest.raises(ValueError, match=r"^activation_checkpointing: 'auto' is not one of none, selective, full$"):
+        plan.Workload(activation_checkpointing="auto")
+
+
+def test_fit_error_names_the_setting_auto_may_not_change():
+    """What auto may change is never the advice; what the options fix is."""
+    per_gpu = plan.Workload(4096, 4, 1, "none", 4096)  # 4 sequences of 4,096 per GPU per step
+    problem = plan.fit_error(QWEN, per_gpu, G6, plan.SHARDINGS, False, "bf16", free=("micro_batch",))
+    assert problem.startswith("--activation-checkpointing: 4 x 4096 tokens per GPU per step, at any micro-batch, without "
+                              "recomputation needs at least ")
+    assert "; micro-batch 4 x 1 accumulation, full recomputation fits at " in problem
+    big = plan.Workload(4096, 16, 1, "full", 8192)
+    problem = plan.fit_error(QWEN, big, G6, plan.SHARDINGS, False, "fp32", free=("activation_checkpointing",))
+    assert problem.startswith("--micro-batch: 16 x 4096 tokens per micro-batch with any recomputation needs at least ")
+    # 7.6B parameters x 16 bytes over a node's 4 L4s is 30 GB a GPU: hybrid cannot fit, full over 16 GPUs can.
+    problem = plan.fit_error(plan.MODELS["qwen2.5-7b"], plan.Workload(2048, 1, 4, "full", 2048), plan.cluster_of(
+        "g6.12xlarge", 4), ("hybrid",), False, "bf16", free=plan.SHAPE_OPTIONS)
+    assert problem.startswith("--sharding: 4 x 2048 tokens per GPU per step, at any micro-batch, with any recomputation "
+                              "needs at least ")
+    assert "on 4 x g6.12xlarge (24 GB per GPU) with hybrid sharding; full, micro-batch " in problem
+
+
+def test_auto_line_names_the_pick_the_reason_and_the_faster_setting_that_does_not_fit():
+    """The default deployment: 2 x g6.12xlarge, 4 sequences of 2,048 per GPU per step, bf16 reduction."""
+    work = plan.Workload(2048, 4, 1, "full", 2048)
+    chosen = plan.choose(QWEN, work, G6, reduce_dtype="bf16", shapes=True)
+    line = plan.auto_line(QWEN, work, G6, chosen, plan.SHAPE_OPTIONS)
+    assert line.startswith(f"auto: {chosen.layout.name}, {plan.describe_shape(chosen.work)}: fastest that fits on "
+                           f"2 x g6.12xlarge, ~{chosen.step_s:.2f} s/step, {chosen.memory_gib:.1f} of 20.9 GiB/GPU")
+    faster = line.split("; faster but too big: ")[1]
+    needs = float(faster.split(", ")[-1].split(" GiB")[0])
+    assert needs > 20.85 and "s/step" in faster  # 22,389,387,264 usable bytes = 20.85 GiB
+    # Nothing faster left out: no reason to name one.
+    fixed = plan.choose(QWEN, work, G6, reduce_dtype="bf16")
+    assert "faster" not in plan.auto_line(QWEN, work, G6, fixed, ())
+
+
+GPU_TYPES = sorted(name for name, spec in INSTANCE_TYPES.items() if spec.gpu)
+
+
+@pytest.mark.parametrize("instance_type", GPU_TYPES)
+@pytest.mark.parametrize("model", ["qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b"])
+def test_auto_never_picks_what_does_not_fit(instance_type, model):
+    """Every GPU type, built-in model and 1, 2 or 4 nodes, at the cluster's batch (65,536 tokens of 2,048) and the
+    h200 profile's (8 x 4,096 on each of 16 GPUs): auto's pick fits, keeps the batch, is the fastest of every layout,
+    micro-batch and recomputation that fits (counted here one by one), and each worker's --sharding auto lands on
+    its layout; or, exactly when nothing fits, it stops with one line naming the GPUs."""
+    from training.config import PlanError, TrainConfig, resolve_auto, validate
+
+    spec = INSTANCE_TYPES[instance_type]
+    for nodes in (1, 2, 4):
+        cluster = plan.cluster_of(instance_type, nodes)
+        for seq_len, batch in ((2048, 65_536), (4096, 524_288)):
+            asked = TrainConfig(model=model, instance_type=instance_type, workers=cluster.world, seq_len=seq_len,
+                                batch_tokens=batch, micro_batch="auto", activation_checkpointing="auto",
+                                loss_chunk_tokens=2048, reduce_dtype="bf16")
+            per_gpu = batch // (cluster.world * seq_len)
+            every = [plan.estimate(plan.MODELS[model], plan.Workload(seq_len, m, per_gpu // m, r, 2048), cluster,
+                                   plan.Layout(s, False, "bf16"))
+                     for m in range(1, per_gpu + 1) if per_gpu % m == 0 for r in ("none", "selective", "full")
+                     for s in (("full", "hybrid") if nodes > 1 else ("full",))]
+            fitting = [e for e in every if e.fits]
+            case = f"{model} on {cluster.name}, {batch:,} tokens of {seq_len}"
+            if not fitting:
+                with pytest.raises(PlanError, match=rf"^--instance-type: {model} fits in no layout, micro-batch or "
+                                                    rf"recomputation on {cluster.name} \({spec.gpu.memory_gb:g} GB per GPU\)"
+                                                    r": the smallest needs [\d.]+ GiB/GPU; use GPUs with more memory, "
+                                                    r"more nodes, or LoRA$"):
+                    validate(asked)
+                continue
+            picked, line = resolve_auto(validate(asked))
+            work = plan.Workload(seq_len, picked.micro_batch, picked.grad_accum, picked.activation_checkpointing, 2048)
+            sharding = line.removeprefix("auto: ").split("+")[0].split(",")[0]
+            mine = plan.estimate(plan.MODELS[model], work, cluster, plan.Layout(sharding, False, "bf16"))
+            assert mine.fits, case
+            assert picked.micro_batch * picked.grad_accum * cluster.world * seq_len == batch, case
+            fastest = min(e.step_s for e in fitting)
+            assert mine.step_s == fastest, case
+            assert mine.memory_gib == min(e.memory_gib for e in fitting if e.step_s == fastest), case
+            assert plan.resolve_sharding("auto", plan.MODELS[model], work, nodes, spec.gpus, spec.gpu, instance_type,
+                                         False, "bf16")[0] == sharding, case
+            assert "\n" not in line

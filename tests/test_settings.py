@@ -142,6 +142,23 @@ BAD_SETTINGS = [
       "training.micro_batch": 8, "training.activation_checkpointing": False},
      r"training.micro_batch: 8 x 4096 tokens per micro-batch without recomputation needs 80.7 GiB/GPU on "
      r"2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation, no recomputation fits"),
+    # A shape too big for the GPUs, set by hand, is refused at synth with what fits at the same batch; left to auto,
+    # nothing too big is picked, and when nothing fits at all, the setting to change is the GPUs (or the sharding).
+    ({"training.micro_batch": 4, "training.activation_checkpointing": "none"},
+     r"^training.activation_checkpointing: 4 x 2048 tokens per micro-batch without recomputation needs [\d.]+ GiB/GPU "
+     r"on 2 x g6.12xlarge \(24 GB per GPU\); micro-batch 4 x 1 accumulation, \w+ recomputation fits at [\d.]+ GiB "
+     r"\(~[\d,]+ tok/s/GPU\), the same tokens per step$"),
+    ({"training.model": "Qwen/Qwen2.5-14B"}, r"^gpu_instance_type: qwen2.5-14b fits in no layout, micro-batch or "
+     r"recomputation on 2 x g6.12xlarge \(24 GB per GPU\): the smallest needs [\d.]+ GiB/GPU; use GPUs with more "
+     r"memory, more nodes, or LoRA$"),
+    ({"gpu_node_count": 4, "training.model": "Qwen/Qwen2.5-7B", "training.sharding": "hybrid"},
+     r"^training.sharding: 2 x 2048 tokens per GPU per step, at any micro-batch, with any recomputation needs at least "
+     r"[\d.]+ GiB/GPU on 4 x g6.12xlarge \(24 GB per GPU\) with hybrid sharding; full, micro-batch "),
+    ({"training.micro_batch": True}, r"^training.micro_batch: expected an integer or a string, got True$"),
+    ({"training.activation_checkpointing": 1}, r"^training.activation_checkpointing: expected a string or true or false, "
+     r"got 1$"),
+    ({"training.activation_checkpointing": "half"}, r"^training.activation_checkpointing: 'half' must be one of none, "
+     r"selective, full, auto$"),
     ({"training.learning_rate": 0}, r"training.learning_rate: 0.0 must be in \(0, 1\)"),
     ({"training.learning_rate": "fast"}, r"training.learning_rate: expected a number, got 'fast'"),
     ({"training.seq_len": 4}, r"training.seq_len: 4 must be between 8 and 131072"),
@@ -156,7 +173,11 @@ BAD_SETTINGS = [
      r"working directory is not yours; give a built-in \(qwen2.5-1.5b, tiny\), a hub id org/name, an absolute pod path"),
     ({"training.model": "./my-model"}, r"^training.model: './my-model' is not an absolute path"),
     ({"training.model": "~/models/qwen"}, r"^training.model: '~/models/qwen' is not an absolute path"),
-    ({"training.model": "/models/qwen"}, None),
+    # A model of unknown shape: auto cannot plan it, and says which settings to give instead.
+    ({"training.model": "/models/qwen"}, r"^training.micro_batch: auto needs a known gpu_instance_type .* and a model "
+     r"whose shape the planner knows \(qwen2.5-1.5b, .*\); set training.micro_batch and "
+     r"training.activation_checkpointing instead$"),
+    ({"training.model": "/models/qwen", "training.micro_batch": 1, "training.activation_checkpointing": "full"}, None),
     ({"training.data": "data/train.jsonl"}, r"^training.data: 'data/train.jsonl' is not an absolute path, and the pods' "
      r"working directory is not yours; give random, pattern, hf:org/name\[:split\], an absolute pod path"),
     ({"training.data": "train.jsonl"}, r"^training.data: 'train.jsonl' is not an absolute path"),
@@ -284,6 +305,22 @@ def test_trainer_options_are_the_training_settings_under_the_trainers_names():
     assert options["lr"] == 2e-5 and "learning_rate" not in options
     assert options["workers"] == 8 and options["require_efa"] is True
     assert not {"image", "active_deadline_seconds", "backoff_limit", "checkpoint_bucket_auto_delete"} & set(options)
+
+
+@pytest.mark.parametrize("value,recomputation", [(True, "full"), (False, "none"), ("true", "full"), ("false", "none"),
+                                                  ("selective", "selective"), ("auto", "auto")])
+def test_the_old_boolean_recomputation_still_reaches_the_trainer_as_full_or_none(value, recomputation):
+    """cdk.json's true/false (and -c's strings) from before the three settings: the RayJob's entrypoint carries them
+    in a form the trainer reads as full or none."""
+    import shlex
+
+    from cdk_constructs.ray_manifests import train_entrypoint
+    from training.config import parse_args
+
+    options = trainer_options(settings_from_context(base_context() | {"training.activation_checkpointing": value,
+                                                                       "training.micro_batch": "1"}))
+    assert options["micro_batch"] == 1  # a -c number is a number, auto stays a word
+    assert parse_args(shlex.split(train_entrypoint(options))[3:]).activation_checkpointing == recomputation
 
 
 def test_every_trainer_option_setting_names_a_real_trainer_option():

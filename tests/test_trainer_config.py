@@ -76,6 +76,26 @@ REFUSED = [
     (["--cache-dir", "s3://bucket/cache"], r"--cache-dir: 's3://bucket/cache' must be a local path$"),
     (["--inject-failure-at-step", "9", "--steps", "5"], r"--inject-failure-at-step: 9 must be between 1 and the number of steps \(5\)"),
     (["--no-such-option", "1"], r"unrecognized arguments: --no-such-option 1"),
+    # activation checkpointing and auto
+    (["--micro-batch", "many"], r"^--micro-batch: 'many' is not an integer or auto$"),
+    (["--activation-checkpointing", "sometimes"],
+     r"^--activation-checkpointing: 'sometimes' must be one of none, selective, full, auto$"),
+    (["--micro-batch", "auto"], r"^--micro-batch: auto needs --batch-tokens \(the batch it splits into micro-batches; "
+     r"the optimisation keeps it\)$"),
+    # auto splits each worker's whole sequences: 65,536 tokens over 3 workers of 2,048-token sequences do not divide.
+    (["--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "3", "--seq-len", "2048"],
+     r"^--batch-tokens: 65,536 is not a multiple of 3 workers \(--workers\) x 1 sequences \(--micro-batch\) x 2,048"),
+    (["--activation-checkpointing", "auto"], r"^--activation-checkpointing: auto needs a known --instance-type "
+     r"\(training/hardware.py\), whole nodes of workers \(--workers\) and a model whose shape the planner knows "
+     r"\(qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny or their Qwen/Qwen2.5 hub ids\); set --activation-checkpointing instead$"),
+    (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
+      "--instance-type", "g6.12xlarge", "--model", "/models/mine"], r"^--micro-batch: auto needs a known --instance-type .*; "
+     r"set --micro-batch and --activation-checkpointing instead$"),
+    (["--activation-checkpointing", "auto", "--workers", "6", "--instance-type", "g6.12xlarge", "--model", "qwen2.5-1.5b"],
+     r"^--activation-checkpointing: auto needs a known --instance-type \(training/hardware.py\), whole nodes of workers"),
+    (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
+      "--instance-type", "g6.12xlarge", "--model", "qwen2.5-14b"],
+     r"^--instance-type: qwen2.5-14b fits in no layout, micro-batch or recomputation on 2 x g6.12xlarge"),
     # argparse's own errors, reworded to lead with the option
     (["--steps", "ten"], r"^--steps: 'ten' is not an integer$"),
     (["--lr", "fast"], r"^--lr: 'fast' is not a number$"),
@@ -363,3 +383,62 @@ def test_tokens_per_step_count_every_micro_batch_of_the_step():
     """A worker's step is grad_accum micro-batches of micro_batch sequences of seq_len tokens:
     4 x 2048 x 8 = 65,536 tokens (what tok/s/GPU and MFU divide by the step time)."""
     assert TrainConfig(micro_batch=4, seq_len=2048, grad_accum=8).tokens_per_step_per_worker == 65_536
+
+
+# ------------------------------------------------------------------ activation checkpointing and auto
+
+@pytest.mark.parametrize("argv,expected", [
+    ([], "none"),
+    (["--activation-checkpointing", "selective"], "selective"),
+    (["--activation-checkpointing", "full"], "full"),
+    (["--activation-checkpointing"], "full"),            # the old boolean flag, bare
+    (["--no-activation-checkpointing"], "none"),
+    (["--activation-checkpointing", "true"], "full"),    # the old values, as cdk.json and -c carried them
+    (["--activation-checkpointing", "false"], "none"),
+    (["--profile", "l4"], "full"),
+    (["--profile", "h200"], "none"),
+])
+def test_recomputation_is_none_selective_or_full_and_the_old_booleans_still_mean_full_and_none(argv, expected):
+    assert parse_args(argv).activation_checkpointing == expected
+
+
+def test_booleans_given_in_code_mean_full_and_none():
+    """The benchmark's cases and recorded runs hand over True and False."""
+    assert validate(TrainConfig(activation_checkpointing=True)).activation_checkpointing == "full"
+    assert validate(TrainConfig(activation_checkpointing=False)).activation_checkpointing == "none"
+
+
+DEFAULT_CLUSTER = ["--model", "Qwen/Qwen2.5-1.5B", "--instance-type", "g6.12xlarge", "--workers", "8", "--seq-len", "2048",
+                   "--batch-tokens", "65536", "--loss-chunk-tokens", "2048", "--reduce-dtype", "bf16"]
+
+
+def test_auto_picks_a_split_of_the_same_batch_and_says_why():
+    """8 workers, 65,536 tokens of 2,048: 4 sequences per worker per step, whatever auto picks."""
+    from training.config import resolve_auto
+
+    asked = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
+    assert (asked.micro_batch, asked.activation_checkpointing) == ("auto", "auto")  # validated, still to pick
+    picked, line = resolve_auto(asked)
+    assert picked.micro_batch * picked.grad_accum == 4 and picked.activation_checkpointing in ("none", "selective", "full")
+    assert line.startswith(f"auto: hybrid+bf16, micro-batch {picked.micro_batch} x {picked.grad_accum} accumulation, ")
+    assert ": fastest that fits on 2 x g6.12xlarge, ~" in line
+    # Only what is auto changes: a micro-batch given stays, and so does the recomputation.
+    fixed_micro = resolve_auto(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "2", "--activation-checkpointing", "auto"]))[0]
+    assert (fixed_micro.micro_batch, fixed_micro.grad_accum) == (2, 2)
+    fixed_recompute = resolve_auto(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing",
+                                                                 "full"]))[0]
+    assert fixed_recompute.activation_checkpointing == "full"
+    unchanged = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "1", "--activation-checkpointing", "full"])
+    assert resolve_auto(unchanged) == (unchanged, None)
+
+
+def test_the_trainer_applies_autos_pick_and_prints_it(capsys):
+    from training.config import resolve_auto
+    from training.train import apply_auto
+
+    asked = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
+    picked, line = resolve_auto(asked)
+    assert apply_auto(asked) == picked
+    assert capsys.readouterr().out == line + "\n"
+    apply_auto(picked)
+    assert capsys.readouterr().out == ""

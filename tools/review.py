@@ -64,15 +64,16 @@ def _manifests(template: dict, kind: str) -> list[dict]:
 
 
 def _job_plan(template: dict):
-    """(model, workload, cluster, Estimate) of the RayJob's entrypoint on these nodes (training.plan), or None."""
-    from training.config import ConfigError, HUB_ARCHITECTURES, parse_args
+    """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
+    (training.plan), with what auto picks applied as the trainer applies it; or None."""
+    from training.config import ConfigError, HUB_ARCHITECTURES, parse_args, resolve_auto
     from training.plan import MODELS, Layout, Workload, choose, cluster_of, estimate
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
         return None
     try:
-        cfg = parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:])
+        cfg, picked = resolve_auto(parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:]))
     except ConfigError:
         return None
     model = MODELS.get(HUB_ARCHITECTURES.get(cfg.model, cfg.model))
@@ -87,7 +88,7 @@ def _job_plan(template: dict):
     chosen = (choose(model, work, cluster, not cfg.reshard_after_forward, cfg.reduce_dtype) if cfg.sharding == "auto"
               else estimate(model, work, cluster, layout_of(cfg.sharding)))
     # Nothing fitting is refused by the settings' validation before synth gets here.
-    return (model, work, cluster, chosen) if chosen else None
+    return (model, work, cluster, chosen, picked) if chosen else None
 
 
 def training_estimate(template: dict):
@@ -97,7 +98,7 @@ def training_estimate(template: dict):
     found = _job_plan(template)
     if found is None:
         return None
-    model, work, cluster, chosen = found
+    model, work, cluster, chosen, _ = found
     return "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)", chosen
 
 
@@ -107,12 +108,18 @@ def training_plan_line(template: dict) -> str | None:
     return found[0] if found else None
 
 
+def training_auto_line(template: dict) -> str | None:
+    """What auto picked for the RayJob's run and why: the line the trainer logs when it starts; None without auto."""
+    found = _job_plan(template)
+    return found[4] if found else None
+
+
 def training_batch_line(template: dict) -> str | None:
     """The smallest batch that keeps the links at most 10% of the step (training.plan), for the RayJob's job."""
     from training.plan import batch_line
 
     found = _job_plan(template)
-    return batch_line(*found) if found else None
+    return batch_line(*found[:4]) if found else None
 
 
 def first_step_s() -> float:
@@ -190,7 +197,7 @@ def review_lines(template: dict) -> list[str]:
     plan = training_plan_line(template)
     if plan:
         lines.append(plan)
-        lines += filter(None, [training_batch_line(template)])
+        lines += filter(None, [training_auto_line(template), training_batch_line(template)])
     lines += job_cost_lines(template, busy_gpu)
     return lines
 

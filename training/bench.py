@@ -837,7 +837,7 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
                         activation_checkpointing=st["activation_checkpointing"], loss_chunk_tokens=st["loss_chunk_tokens"])
         gpu = GPUS["H200"]
         efficiency = base["tokens_per_s_per_gpu"] * base["flops_per_token"] / (CALIBRATION.matmul_peak(gpu) * 1e12)
-        key = (work.activation_checkpointing, work.seq_len * work.micro_batch)
+        key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)  # the calibration's keys
         cluster = Cluster(gpu=gpu, nodes=2, gpus_per_node=1, inter_node_gbps=link["busbw_gbps"], name="2 x (1 H200)")
         layout = Layout(st["sharding"], not st["reshard_after_forward"], st["reduce_dtype"])
         standing = dataclasses.replace(CALIBRATION, link_efficiency=1.0)

@@ -24,6 +24,14 @@ MODEL_MAX_POSITIONS = {"qwen2.5-1.5b": 32768, "qwen2.5-7b": 32768, "qwen2.5-14b"
 HUB_ARCHITECTURES = {f"Qwen/Qwen2.5-{size}{kind}": f"qwen2.5-{size.lower()}"
                      for size in ("1.5B", "7B", "14B") for kind in ("", "-Instruct")}
 SHARDINGS = ("auto", "full", "hybrid")
+# Activation checkpointing: which decoder layers recompute their forward in backward (training.model).
+# selective checkpoints every SELECTIVE_EVERY-th layer (torchtitan's layer-level selective AC at that
+# frequency): half the layers keep their activations, half keep only their input and run forward twice,
+# so memory and recomputation both land halfway between none and full, predictably for the planner.
+RECOMPUTATION = ("none", "selective", "full")
+SELECTIVE_EVERY = 2
+# --micro-batch auto and --activation-checkpointing auto: training.plan picks them (resolve_auto).
+AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
 ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
@@ -31,13 +39,14 @@ ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
 SYNTHETIC_DATA = ("random", "pattern")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 # Per-GPU settings measured to fit and run fast (docs/benchmarks.md); --profile NAME applies
-# one, and any option given explicitly still wins. The cluster's defaults are the l4 profile.
+# one, and any option given explicitly still wins. The cluster's defaults are the l4 profile's sequence
+# length, loss chunk and batch, with the micro-batch and recomputation left to auto.
 GPU_PROFILES: dict[str, dict] = {
     # H100/H200 (80 GB and more): no recomputation, large micro-batches, gathered weights kept.
-    "h200": {"seq_len": 4096, "micro_batch": 8, "activation_checkpointing": False, "compile": True,
+    "h200": {"seq_len": 4096, "micro_batch": 8, "activation_checkpointing": "none", "compile": True,
              "loss_chunk_tokens": 8192, "reshard_after_forward": False},
     # L4 (g6.12xlarge, 24 GB): recompute each layer, one sequence at a time.
-    "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": True, "compile": True,
+    "l4": {"seq_len": 2048, "micro_batch": 1, "grad_accum": 4, "activation_checkpointing": "full", "compile": True,
            "loss_chunk_tokens": 2048},
 }
 # LoRA: peft's "all-linear" (every linear layer but the output head), or module names such as q_proj,v_proj.
@@ -67,6 +76,11 @@ class ConfigError(ValueError):
     """A bad option; the message is one line that names it and what is allowed."""
 
 
+class PlanError(ConfigError):
+    """Options that are each valid but that training.plan refuses together: the run does not fit, or auto cannot
+    plan it. Raised after every other check, so a value that is wrong in itself is named first."""
+
+
 @dataclass
 class TrainConfig:
     """Everything one training run needs; every field is a --option of the same name."""
@@ -79,8 +93,9 @@ class TrainConfig:
     """Optimizer steps."""
     seq_len: int = 512
     """Tokens per sequence."""
-    micro_batch: int = 4
-    """Sequences per worker per forward/backward."""
+    micro_batch: int | str = 4
+    """Sequences per worker per forward/backward, or auto: training.plan's fastest split of each worker's share
+    of --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape)."""
     grad_accum: int = 1
     """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
     batch_tokens: int | None = None
@@ -96,8 +111,10 @@ class TrainConfig:
     """AdamW weight decay (not on biases and norms)."""
     grad_clip: float = 1.0
     """Gradient-norm clip (0 disables)."""
-    activation_checkpointing: bool = False
-    """Recompute each decoder layer in backward: less memory, about 1/3 more compute."""
+    activation_checkpointing: str = "none"
+    """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
+    selective (every second layer: half of each); or auto (training.plan's fastest that fits, as for
+    --micro-batch auto). The old boolean form still works: the bare flag is full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
     loss_chunk_tokens: int = 8192
@@ -222,7 +239,12 @@ def validate(c: TrainConfig) -> TrainConfig:
 
     require(1 <= c.steps <= MAX_STEPS, f"--steps: {c.steps} must be between 1 and {MAX_STEPS:,}")
     require(8 <= c.seq_len <= MAX_SEQ_LEN, f"--seq-len: {c.seq_len} must be between 8 and {MAX_SEQ_LEN}")
-    require(1 <= c.micro_batch <= MAX_MICRO_BATCH, f"--micro-batch: {c.micro_batch} must be between 1 and {MAX_MICRO_BATCH}")
+    require(c.micro_batch == AUTO or 1 <= c.micro_batch <= MAX_MICRO_BATCH,
+            f"--micro-batch: {c.micro_batch} must be between 1 and {MAX_MICRO_BATCH}, or auto")
+    c = dataclasses.replace(c, activation_checkpointing=_OLD_RECOMPUTATION.get(c.activation_checkpointing,
+                                                                              c.activation_checkpointing))
+    require(c.activation_checkpointing in RECOMPUTATION + (AUTO,), f"--activation-checkpointing: "
+            f"{c.activation_checkpointing!r} must be one of {', '.join(RECOMPUTATION + (AUTO,))}")
     require(1 <= c.grad_accum <= MAX_GRAD_ACCUM, f"--grad-accum: {c.grad_accum} must be between 1 and {MAX_GRAD_ACCUM}")
     require(0 < c.lr < 1, f"--lr: {c.lr} must be in (0, 1)")
     require(0 <= c.min_lr_ratio <= 1, f"--min-lr-ratio: {c.min_lr_ratio} must be in [0, 1]")
@@ -300,13 +322,20 @@ def validate(c: TrainConfig) -> TrainConfig:
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
                 f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
-    if c.batch_tokens is not None:
+    require(c.micro_batch != AUTO or c.batch_tokens is not None,
+            "--micro-batch: auto needs --batch-tokens (the batch it splits into micro-batches; the optimisation keeps it)")
+    if c.micro_batch == AUTO:
+        grad_accum_for(c.batch_tokens, c.workers, 1, c.seq_len)  # whole sequences per worker
+    elif c.batch_tokens is not None:
         accum = grad_accum_for(c.batch_tokens, c.workers, c.micro_batch, c.seq_len)
         # 1 is the unset default; parse_args refuses --grad-accum given together with --batch-tokens.
         require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
                 f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
         c = dataclasses.replace(c, grad_accum=accum)
-    _validate_fit(c)
+    if AUTO in (c.micro_batch, c.activation_checkpointing):
+        resolve_auto(c)  # refuses here, at synth, what auto cannot plan or fit
+    else:
+        _validate_fit(c)
     return c
 
 
@@ -331,24 +360,73 @@ def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: i
     return batch_tokens // per_round
 
 
-def _validate_fit(c: TrainConfig) -> None:
-    """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
-    (training.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
-    from training.plan import MODELS, SHARDINGS as LAYOUT_SHARDINGS, Workload, cluster_of, fit_error
+# The old boolean --activation-checkpointing (cdk.json true/false, a bool in code): every layer, or none.
+_OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "none"}
+
+
+def _planned(c: TrainConfig):
+    """(model shape, cluster) of the run where training.plan knows both: a known instance type and model, whole
+    nodes of workers (or fewer workers than one node's GPUs); else None."""
+    from training.plan import MODELS, cluster_of
 
     spec = INSTANCE_TYPES.get(c.instance_type or "")
     model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
     if spec is None or spec.gpu is None or model is None or (c.workers > spec.gpus and c.workers % spec.gpus):
-        return
+        return None
     nodes = max(c.workers // spec.gpus, 1)
-    cluster = dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
+    return model, dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
+
+
+def _validate_fit(c: TrainConfig) -> None:
+    """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
+    (training.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
+    from training.plan import SHARDINGS as LAYOUT_SHARDINGS, Workload, fit_error
+
+    planned = _planned(c)
+    if planned is None:
+        return
+    model, cluster = planned
     work = Workload(seq_len=c.seq_len, micro_batch=c.micro_batch, grad_accum=c.grad_accum,
                     activation_checkpointing=c.activation_checkpointing, loss_chunk_tokens=c.loss_chunk_tokens,
                     lora_rank=c.lora_rank)
     shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
     problem = fit_error(model, work, cluster, shardings, not c.reshard_after_forward, c.reduce_dtype)
     if problem:
-        raise ConfigError(problem)
+        raise PlanError(problem)
+
+
+def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
+    """The run's options with auto micro-batch and recomputation replaced by training.plan's pick, and the line
+    that says what it picked and why (None when neither is auto). The pick is the fastest that fits (layout,
+    micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
+    per step stay --batch-tokens / (--workers x --seq-len), so the optimisation does not change. PlanError (one
+    line naming the option to change) when auto cannot plan the run or nothing fits."""
+    from training.plan import SHAPE_OPTIONS, SHARDINGS as LAYOUT_SHARDINGS, Workload, auto_line, choose, fit_error
+
+    free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
+    if not free:
+        return c, None
+    planned = _planned(c)
+    if planned is None:
+        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (training/hardware.py), whole nodes of "
+                        f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} or "
+                        f"their Qwen/Qwen2.5 hub ids); set {' and '.join(_flag(o) for o in free)} instead")
+    model, cluster = planned
+    if "micro_batch" in free:
+        micro_batch, grad_accum = c.batch_tokens // (c.workers * c.seq_len), 1  # every sequence in one, to be split
+    else:
+        micro_batch, grad_accum = c.micro_batch, c.grad_accum
+    work = Workload(seq_len=c.seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
+                    activation_checkpointing="full" if "activation_checkpointing" in free else c.activation_checkpointing,
+                    loss_chunk_tokens=c.loss_chunk_tokens, steps=c.steps, lora_rank=c.lora_rank)
+    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
+    keep_gathered = not c.reshard_after_forward
+    chosen = choose(model, work, cluster, keep_gathered, c.reduce_dtype, shapes=free, shardings=shardings)
+    if chosen is None:
+        raise PlanError(fit_error(model, work, cluster, shardings, keep_gathered, c.reduce_dtype, free=free))
+    picked = dataclasses.replace(c, micro_batch=chosen.work.micro_batch, grad_accum=chosen.work.grad_accum,
+                                 activation_checkpointing=chosen.work.activation_checkpointing)
+    return picked, auto_line(model, work, cluster, chosen, free, shardings)
 
 
 def _validate_data(option: str, value: str) -> None:
@@ -497,6 +575,12 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=f.default, help=help_text)
             continue
+        if f.name == "activation_checkpointing":  # once a boolean flag: bare, it still means full
+            parser.add_argument(_flag(f.name), dest=f.name, nargs="?", const="full", default=f.default,
+                                metavar="{" + ",".join(RECOMPUTATION + (AUTO,)) + "}", help=help_text)
+            parser.add_argument("--no-activation-checkpointing", dest=f.name, action="store_const", const="none",
+                                help="the same as --activation-checkpointing none")
+            continue
         base = {"int": int, "float": float, "str": str}[kind.split(" ")[0]]
         parser.add_argument(_flag(f.name), dest=f.name, type=_typed(base, f.name), default=f.default, help=help_text)
     return parser
@@ -504,10 +588,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _typed(base: type, name: str):
     def parse(text: str):
+        if text == AUTO and name == "micro_batch":
+            return AUTO
         try:
             return base(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{_flag(name)}: {text!r} is not {'an integer' if base is int else 'a number'}") from None
+            kind = "an integer" if base is int else "a number"
+            raise argparse.ArgumentTypeError(f"{_flag(name)}: {text!r} is not {kind}"
+                                             f"{' or auto' if name == 'micro_batch' else ''}") from None
 
     parse.__name__ = base.__name__
     return parse

@@ -16,7 +16,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, TrainConfig
+from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, TrainConfig
 from training.loss import linear_cross_entropy
 
 
@@ -175,10 +175,26 @@ def attention_kernel(cfg: TrainConfig, device: torch.device) -> str:
     return ATTENTIONS[cfg.attention]
 
 
-def apply_activation_checkpointing(model: CausalLMWithLoss) -> None:
+def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
+    """Indices of the decoder layers that recompute their forward in backward. full: all; none: none;
+    selective: every SELECTIVE_EVERY-th (the 2nd, 4th, ...), as torchtitan's layer-level selective AC counts
+    at that frequency. Whole layers rather than chosen ops inside them: memory and recomputation then fall
+    halfway between none and full, layer for layer, which is what training.plan's memory and time model rest on."""
+    if recomputation == "full":
+        return list(range(layers))
+    if recomputation == "selective":
+        return [i for i in range(layers) if (i + 1) % SELECTIVE_EVERY == 0]
+    if recomputation == "none":
+        return []
+    raise ValueError(f"activation checkpointing {recomputation!r}: none, selective or full (auto is resolved before the "
+                     "model is built, training.config.resolve_auto)")
+
+
+def apply_activation_checkpointing(model: CausalLMWithLoss, recomputation: str) -> None:
+    """Wrap the decoder layers that recompute (checkpointed_layers); the wrapper keeps the state dict's names."""
     layers = model.decoder_layers
-    for i, layer in enumerate(layers):
-        layers[i] = checkpoint_wrapper(layer)
+    for i in checkpointed_layers(len(layers), recomputation):
+        layers[i] = checkpoint_wrapper(layers[i])
 
 
 def apply_compile(model: CausalLMWithLoss) -> None:
@@ -308,8 +324,7 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         if lora:
             add_lora(lm, lora)
         model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
-    if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model)
+    apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile and device.type == "cuda":
         apply_compile(model)
     apply_fsdp(model, device, mesh, cfg.reshard_after_forward, cfg.reduce_dtype, single_micro_batch=cfg.grad_accum == 1)

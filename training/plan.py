@@ -3,9 +3,10 @@
 For an instance type, a number of nodes and the training settings, each sharding layout gets its
 FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
 time of each, which one bounds the step, the tokens/s per GPU, the memory per GPU, and the time
-and dollars of the run. `--sharding auto` trains with the fastest layout that fits in memory and
-never with one that does not; the plan also names a faster micro-batch or recomputation setting at the
-same tokens per step where one fits, and the smallest batch that keeps the links at most 10% of the step.
+and dollars of the run. auto (`--sharding`, `--micro-batch`, `--activation-checkpointing`) trains with
+the fastest layout, micro-batch and recomputation that fit in memory at the same tokens per step, and
+never with any that does not; the plan also names a faster setting the options fix, where one fits, and the
+smallest batch that keeps the links at most 10% of the step.
 
 Layouts:
 - full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
@@ -21,7 +22,8 @@ Layouts:
 Compute: on the H200, model FLOPs over its measured bf16 matmul peak times the trainer's efficiency measured
 at the micro-batch's size; on another GPU, the H200's kernel profile at that size scaled by two rooflines
 (matmul kernels by the matmul peak, memory-bound kernels by memory bandwidth; Calibration, and the output's
-basis line, say how).
+basis line, say how). Both were measured without and with full recomputation; selective recomputation, which
+recomputes half the layers, is costed at the midpoint of the two, per token (nothing measured it yet).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -36,6 +38,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+from training.config import RECOMPUTATION, SELECTIVE_EVERY
 from training.hardware import GIB, GPUS, INSTANCE_TYPES, GpuSpec
 
 SHARDINGS = ("full", "hybrid")
@@ -95,11 +98,20 @@ class Workload:
     seq_len: int = 2048
     micro_batch: int = 1
     grad_accum: int = 4
-    activation_checkpointing: bool = True
+    activation_checkpointing: str = "full"
+    """none, selective (every SELECTIVE_EVERY-th decoder layer) or full; True and False, as recorded runs
+    and the calibration's keys have it, mean full and none."""
     loss_chunk_tokens: int = 2048
     steps: int = 200
     lora_rank: int = 0
     """0: full fine-tuning; else LoRA adapters of this rank on every linear layer, the base frozen in bf16."""
+
+    def __post_init__(self) -> None:
+        ac = self.activation_checkpointing
+        if isinstance(ac, bool):
+            object.__setattr__(self, "activation_checkpointing", "full" if ac else "none")
+        elif ac not in RECOMPUTATION:
+            raise ValueError(f"activation_checkpointing: {ac!r} is not one of {', '.join(RECOMPUTATION)}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -188,8 +200,12 @@ class Calibration:
     def reference_efficiency(self, work: "Workload") -> float:
         """The reference GPU's efficiency at the workload's shape: the measured points of its recomputation
         setting, linear in log2(tokens per micro-batch) between them, flat beyond the ends. Sizes measured only
-        with the other setting join in at the ratio of the two settings where both were measured."""
-        ac = work.activation_checkpointing
+        with the other setting join in at the ratio of the two settings where both were measured. Selective
+        recomputation was not measured: it recomputes half the layers, so its time per token is taken as the
+        midpoint of none's and full's."""
+        if work.activation_checkpointing == "selective":
+            return 2 / sum(1 / self.reference_efficiency(w) for w in _none_and_full(work))
+        ac = work.activation_checkpointing == "full"
         own = {t: e for (r, t), e in self.efficiency.items() if r == ac}
         both = [t for t in own if (not ac, t) in self.efficiency]
         if both:
@@ -203,8 +219,12 @@ class Calibration:
         tokens: a + b / tokens, through the two profiled sizes of its recomputation setting. For a model other
         than the profiled one, the memory-bound per-token cost (activations: normalisations, SwiGLU, RoPE)
         scales with layers x hidden size, the per-micro-batch cost (casting and copying the gathered weights,
-        adding the gradients) with the parameter count."""
-        own = {t: k for (r, t), k in self.kernels.items() if r == work.activation_checkpointing}
+        adding the gradients) with the parameter count. Selective recomputation: the midpoint of none's and
+        full's costs per token (seconds per matmul TFLOP, memory-bound microseconds), as it recomputes half the layers."""
+        if work.activation_checkpointing == "selective":
+            (tflops_none, us_none), (tflops_full, us_full) = (self.kernel_profile(w, model) for w in _none_and_full(work))
+            return 2 / (1 / tflops_none + 1 / tflops_full), (us_none + us_full) / 2
+        own = {t: k for (r, t), k in self.kernels.items() if r == (work.activation_checkpointing == "full")}
         tokens = work.seq_len * work.micro_batch
         seconds_per_tflop = _per_token_and_per_batch({t: 1 / k[0] for t, k in own.items()}, tokens)
         per_token, per_batch = _cost_terms({t: k[1] for t, k in own.items()})
@@ -243,7 +263,10 @@ class Calibration:
     def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> str:
         """One line: what the compute term of this GPU rests on."""
         ref, tokens = self.reference_gpu, work.seq_len * work.micro_batch
-        shape = f"{tokens:,} tokens per micro-batch{' with recomputation' if work.activation_checkpointing else ''}"
+        shape = f"{tokens:,} tokens per micro-batch" + {
+            "none": "", "full": " with recomputation",
+            "selective": " with selective recomputation, costed at the midpoint of none's and full's per token"}[
+            work.activation_checkpointing]
         measured = (f"{ref} at its measured bf16 matmul peak {self.matmul_peak(GPUS[ref]):.0f} TFLOP/s "
                     f"({GPUS[ref].bf16_tflops:g} datasheet) x {self.reference_efficiency(work):.1%} efficiency at {shape}")
         if gpu.name == ref:
@@ -269,6 +292,11 @@ class Calibration:
                 f"kernel profile at {shape} ({matmul_tflops:.0f} model TFLOP/s in matmul kernels, {memory_us:.2f} us of "
                 f"memory-bound kernels per token) gives {matmul_s:.2f} s + {memory_s:.2f} s per step; MFU is against the "
                 f"datasheet peak")
+
+
+def _none_and_full(work: "Workload") -> tuple["Workload", "Workload"]:
+    """Selective recomputation's two measured neighbours: the same shape without and with full recomputation."""
+    return tuple(dataclasses.replace(work, activation_checkpointing=ac) for ac in ("none", "full"))
 
 
 def _cost_terms(points: dict) -> tuple[float, float]:
@@ -418,11 +446,11 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
     compute_s = calibration.compute_seconds(cluster.gpu, work, model)
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
-    # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without), the reductions.
-    # The root's first gather must land before anything computes.
-    # Kept gathered, every layer is gathered in the first micro-batch's forward (a quarter of its
-    # passes with recomputation, a third without), and nothing moves in the other micro-batches.
-    backward_share = 0.75 if work.activation_checkpointing else 2 / 3
+    # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without; selective, half the
+    # layers each: 2.5 of 3.5), the reductions. The root's first gather must land before anything computes.
+    # Kept gathered, every layer is gathered in the first micro-batch's forward (the rest of its
+    # passes), and nothing moves in the other micro-batches.
+    backward_share = {"none": 2 / 3, "selective": 5 / 7, "full": 0.75}[work.activation_checkpointing]
     window = compute_s * backward_share / m
     gather_window = compute_s * (1 - backward_share) / m if layout.keep_gathered else compute_s - window
     root_first = {"intra": weight_root * _gather_factor(shard), "inter": 0.0 if hybrid or nodes == 1
@@ -452,8 +480,9 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
     the reduction dtype, which only sets the bytes on the links), whatever the world size; the larger
     of the two is the peak. Gathered bf16 weights: the whole
     model when kept gathered, else the root and two layers in flight. Activations: each layer's input
-    with recomputation (plus one layer being recomputed), all of them without. One chunk of the fused
-    LM head + loss.
+    with full recomputation (plus one layer being recomputed), all of them without; selective keeps all
+    of them for the layers it does not checkpoint and the input of those it does (every SELECTIVE_EVERY-th,
+    the last among them: plus that one being recomputed). One chunk of the fused LM head + loss.
     LoRA: the base weights are frozen bf16 (2 bytes per parameter over the group, no gradient, no
     optimizer state); the adapters take the 16 bytes of a trained parameter.
     """
@@ -466,10 +495,9 @@ def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, 
     gathered = 2 * model.params if layout.keep_gathered else 2 * (model.root_params + 2 * layer)
     tokens = work.seq_len * work.micro_batch
     per_layer = calibration.activation_bytes * tokens * model.hidden
-    if work.activation_checkpointing:
-        activations = 2 * tokens * model.hidden * model.layers + per_layer
-    else:
-        activations = per_layer * model.layers
+    layer_input = 2 * tokens * model.hidden  # bf16
+    recomputed = {"none": 0, "selective": model.layers // SELECTIVE_EVERY, "full": model.layers}[work.activation_checkpointing]
+    activations = (model.layers - recomputed) * per_layer + recomputed * layer_input + (per_layer if recomputed else 0)
     loss = calibration.loss_chunk_bytes * min(work.loss_chunk_tokens, tokens) * model.vocab
     return state + gradients + gathered + activations + loss
 
@@ -491,22 +519,29 @@ def rank_layouts(model: ModelShape, work: Workload, cluster: Cluster,
     return sorted(estimates, key=lambda e: (not e.fits, e.step_s))
 
 
-def same_batch_shapes(work: Workload) -> list[Workload]:
-    """Every micro-batch and recomputation setting with the same sequences per GPU per optimizer step
-    (micro_batch x grad_accum), so the same tokens per step: the optimisation does not change."""
+# What auto may change in a run's shape without changing its batch (the trainer's options of these names).
+SHAPE_OPTIONS = ("micro_batch", "activation_checkpointing")
+
+
+def same_batch_shapes(work: Workload, free: tuple[str, ...] = SHAPE_OPTIONS) -> list[Workload]:
+    """Every micro-batch (a divisor of the sequences per GPU per optimizer step, micro_batch x grad_accum) and
+    recomputation setting, of those in `free`, at the same tokens per step: the optimisation does not change."""
     per_gpu = work.micro_batch * work.grad_accum
+    micro = [mb for mb in range(1, per_gpu + 1) if per_gpu % mb == 0] if "micro_batch" in free else [work.micro_batch]
+    recompute = RECOMPUTATION if "activation_checkpointing" in free else (work.activation_checkpointing,)
     return [dataclasses.replace(work, micro_batch=mb, grad_accum=per_gpu // mb, activation_checkpointing=ac)
-            for mb in range(1, per_gpu + 1) if per_gpu % mb == 0 for ac in (False, True)]
+            for mb in micro for ac in recompute]
 
 
 def choose(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False, reduce_dtype: str = "fp32",
-           calibration: Calibration = CALIBRATION, shapes: bool = False) -> Estimate | None:
-    """What auto trains with: the fastest layout (full or hybrid) that fits, and with `shapes` also the
-    fastest micro-batch and recomputation at the same tokens per step (same_batch_shapes); ties go to
-    the smaller memory. None when nothing fits. Keeping weights gathered and the reduction dtype stay
-    the user's settings."""
-    works = same_batch_shapes(work) if shapes else [work]
-    shardings = SHARDINGS if cluster.nodes > 1 else ("full",)
+           calibration: Calibration = CALIBRATION, shapes: bool | tuple[str, ...] = False,
+           shardings: tuple[str, ...] = SHARDINGS) -> Estimate | None:
+    """What auto trains with: the fastest layout of `shardings` that fits and, with `shapes` (True: every one of
+    SHAPE_OPTIONS, or the names of those auto may change), the fastest micro-batch and recomputation at the same
+    tokens per step (same_batch_shapes); ties go to the smaller memory. None when nothing fits. Keeping weights
+    gathered and the reduction dtype stay the user's settings."""
+    works = same_batch_shapes(work, SHAPE_OPTIONS if shapes is True else shapes or ())
+    shardings = shardings if cluster.nodes > 1 else ("full",)
     estimates = [estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
                  for w in works for s in shardings]
     fitting = [e for e in estimates if e.fits]
@@ -521,32 +556,66 @@ def smallest(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered:
                 for w in same_batch_shapes(work) for s in shardings), key=lambda e: e.memory_gib)
 
 
+RECOMPUTATION_WORDS = {"none": "no recomputation", "selective": "selective recomputation", "full": "full recomputation"}
+
+
 def describe_shape(work: Workload) -> str:
-    return (f"micro-batch {work.micro_batch} x {work.grad_accum} accumulation"
-            f"{', recomputation' if work.activation_checkpointing else ', no recomputation'}")
+    return f"micro-batch {work.micro_batch} x {work.grad_accum} accumulation, {RECOMPUTATION_WORDS[work.activation_checkpointing]}"
+
+
+def _asked_shape(work: Workload, free: tuple[str, ...]) -> str:
+    """The shape the options ask for, what auto may change left open."""
+    if "micro_batch" in free:
+        size = f"{work.micro_batch * work.grad_accum} x {work.seq_len} tokens per GPU per step, at any micro-batch,"
+    else:
+        size = f"{work.micro_batch} x {work.seq_len} tokens per micro-batch"
+    recompute = {"none": "without recomputation", "selective": "with selective recomputation",
+                 "full": "with full recomputation"}[work.activation_checkpointing]
+    return f"{size} {'with any recomputation' if 'activation_checkpointing' in free else recompute}"
 
 
 def fit_error(model: ModelShape, work: Workload, cluster: Cluster, shardings: tuple[str, ...], keep_gathered: bool,
-              reduce_dtype: str, calibration: Calibration = CALIBRATION) -> str | None:
-    """None when the run's own shape fits in one of `shardings`; else one line that names the trainer
-    option to change (micro-batch, recomputation, or the GPUs) and what fits at the same batch."""
-    if cluster.nodes == 1:
-        shardings = ("full",)
-    own = [estimate(model, work, cluster, Layout(s, keep_gathered, reduce_dtype), calibration) for s in shardings]
-    if any(e.fits for e in own):
+              reduce_dtype: str, calibration: Calibration = CALIBRATION, free: tuple[str, ...] = ()) -> str | None:
+    """None when the run's own shape, or one auto makes of it by changing what `free` names (SHAPE_OPTIONS), fits
+    in one of `shardings`; else one line that names the trainer option to change (one auto may not change: the
+    micro-batch, recomputation, sharding, or the GPUs) and what fits at the same batch."""
+    if choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, free, shardings) is not None:
         return None
-    need = min(e.memory_gib for e in own)
+    shardings = shardings if cluster.nodes > 1 else ("full",)
+    need = min(estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration).memory_gib
+               for w in same_batch_shapes(work, free) for s in shardings)
     where = f"{cluster.name} ({cluster.gpu.memory_gb:g} GB per GPU)"
     best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
     if best is None:
         least = smallest(model, work, cluster, keep_gathered, reduce_dtype, calibration)
         return (f"--instance-type: {model.name} fits in no layout, micro-batch or recomputation on {where}: the smallest "
                 f"needs {least.memory_gib:.1f} GiB/GPU; use GPUs with more memory, more nodes, or LoRA")
-    option = "--micro-batch" if best.work.micro_batch != work.micro_batch else "--activation-checkpointing"
-    return (f"{option}: {work.micro_batch} x {work.seq_len} tokens per micro-batch"
-            f"{' with' if work.activation_checkpointing else ' without'} recomputation needs {need:.1f} GiB/GPU on {where}; "
+    differs = [o for o in SHAPE_OPTIONS if o not in free and getattr(best.work, o) != getattr(work, o)]
+    option = "--" + differs[0].replace("_", "-") if differs else "--sharding"
+    layout = f"{best.layout.sharding}, " if option == "--sharding" else ""
+    return (f"{option}: {_asked_shape(work, free)} needs {'at least ' if free else ''}{need:.1f} GiB/GPU on {where}"
+            f"{' with ' + '/'.join(shardings) + ' sharding' if option == '--sharding' else ''}; {layout}"
             f"{describe_shape(best.work)} fits at {best.memory_gib:.1f} GiB (~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU), "
             "the same tokens per step")
+
+
+def auto_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estimate, free: tuple[str, ...],
+              shardings: tuple[str, ...] = SHARDINGS, calibration: Calibration = CALIBRATION) -> str:
+    """What auto picked (layout, micro-batch, recomputation) and why: the fastest that fits; with the fastest
+    of what it could pick that does not fit, when there is one."""
+    layout = chosen.layout
+    shardings = shardings if cluster.nodes > 1 else ("full",)
+    candidates = [estimate(model, w, cluster, Layout(s, layout.keep_gathered, layout.reduce_dtype), calibration)
+                  for w in same_batch_shapes(work, free) for s in shardings]
+    faster = [e for e in candidates if not e.fits and e.step_s < chosen.step_s]
+    usable = usable_bytes(cluster.gpu) / GIB
+    line = (f"auto: {layout.name}, {describe_shape(chosen.work)}: fastest that fits on {cluster.name}, "
+            f"~{chosen.step_s:.2f} s/step, {chosen.memory_gib:.1f} of {usable:.1f} GiB/GPU")
+    if faster:
+        top = min(faster, key=lambda e: (e.step_s, e.memory_gib))
+        line += (f"; faster but too big: {top.layout.name}, {describe_shape(top.work)} "
+                 f"(~{top.step_s:.2f} s/step, {top.memory_gib:.1f} GiB/GPU)")
+    return line
 
 
 # The share of the step the links may take beyond the compute before the batch is worth raising.
@@ -676,9 +745,8 @@ def summary_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Es
 def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Calibration = CALIBRATION) -> str:
     rows = [f"{cluster.name} ({cluster.world} x {cluster.gpu.name}, {cluster.gpu.intra_node_link} "
             f"{cluster.gpu.intra_node_gbps:g} GB/s per GPU, network {cluster.inter_node_gbps:g} GB/s per node), "
-            f"{model.name}, {work.micro_batch} x {work.seq_len} x {work.grad_accum} micro-batches per GPU"
-            f"{', recomputation' if work.activation_checkpointing else ''} "
-            f"({work.tokens_per_step * cluster.world:,} tokens per step)",
+            f"{model.name}, {work.micro_batch} x {work.seq_len} x {work.grad_accum} micro-batches per GPU, "
+            f"{RECOMPUTATION_WORDS[work.activation_checkpointing]} ({work.tokens_per_step * cluster.world:,} tokens per step)",
             "| layout | step s | compute s | intra-node s (GB) | inter-node s (GB) | bound | tok/s/GPU | MFU | "
             "memory GiB | fits | run | run $ |",
             "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
@@ -693,40 +761,51 @@ def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Cali
 
 
 def auto_lines(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False,
-               reduce_dtype: str = "fp32", calibration: Calibration = CALIBRATION) -> list[str]:
-    """What --sharding auto picks for this shape and why; a faster micro-batch or recomputation setting at
-    the same tokens per step, if one fits; the batch that makes the links cheap. When nothing fits, what to change."""
-    chosen = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration)
+               reduce_dtype: str = "fp32", calibration: Calibration = CALIBRATION, free: tuple[str, ...] = ()) -> list[str]:
+    """What auto picks and why: the layout and, for the options `free` names (SHAPE_OPTIONS), the micro-batch and
+    recomputation at the same tokens per step; what that run takes; a faster micro-batch or recomputation setting
+    that the options fix, if one fits; the batch that makes the links cheap. When nothing fits, what to change."""
+    chosen = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=free)
     batch = work.tokens_per_step * cluster.world
-    settings = f"{reduce_dtype} reduction, weights {'kept gathered' if keep_gathered else 'resharded'}"
     if chosen is None:
-        lines = [f"auto ({settings}): no layout fits: "
-                 + fit_error(model, work, cluster, SHARDINGS, keep_gathered, reduce_dtype, calibration)]
+        lines = ["auto: nothing fits: " + fit_error(model, work, cluster, SHARDINGS, keep_gathered, reduce_dtype, calibration,
+                                                    free)]
         if not work.lora_rank and choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True) is None:
             lora = dataclasses.replace(work, lora_rank=LORA_RANK_SUGGESTED)
             found = choose(model, lora, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
             if found:
                 lines.append(f"LoRA fits (--lora-rank {LORA_RANK_SUGGESTED}: " + summary_line(model, lora, cluster, found) + ")")
         return lines
-    lines = [f"auto ({settings}): {summary_line(model, work, cluster, chosen)}; the fastest layout that fits"]
+    lines = [auto_line(model, work, cluster, chosen, free, calibration=calibration),
+             "run: " + summary_line(model, chosen.work, cluster, chosen)]
     best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
     if best.step_s < 0.95 * chosen.step_s:
         lines.append(f"faster at the same {batch:,} tokens per step: {describe_shape(best.work)} "
                      f"({best.layout.name}, ~{best.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {best.memory_gib:.1f} GiB/GPU)")
-    lines.append(batch_line(model, work, cluster, chosen, calibration))
+    lines.append(batch_line(model, chosen.work, cluster, chosen, calibration))
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.config import GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
+    from training.config import AUTO, GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
 
     parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of training/hardware.py")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--model", default="qwen2.5-1.5b", help=f"{', '.join(MODELS)} or a hub id of one")
-    parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES), help="the trainer's GPU profile")
+    parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES),
+                        help="the trainer's GPU profile: sequence length, batch, loss chunk, weights kept gathered or not")
     parser.add_argument("--seq-len", type=int)
-    parser.add_argument("--micro-batch", type=int)
+    def micro_batch(value: str) -> int | str:
+        return value if value == AUTO else int(value)
+
+    parser.add_argument("--micro-batch", default=AUTO, type=micro_batch,
+                        help="sequences per GPU per micro-batch, or auto (the cluster's default): the fastest split of "
+                        "the batch that fits")
+    parser.add_argument("--activation-checkpointing", default=AUTO, choices=RECOMPUTATION + (AUTO,),
+                        help="auto (the cluster's default): the fastest that fits")
+    parser.add_argument("--reduce-dtype", default="bf16", choices=tuple(REDUCE_DTYPES),
+                        help="gradient reduction dtype (bf16: the cluster's default)")
     parser.add_argument("--batch-tokens", type=int, help="tokens per optimizer step over all GPUs (default: the "
                         "profile's micro-batch x accumulation on every GPU; the cluster's training.batch_tokens)")
     parser.add_argument("--steps", type=int, default=200)
@@ -746,18 +825,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile = GPU_PROFILES[args.profile]
     cluster = cluster_of(args.instance_type, args.nodes)
-    seq_len, micro_batch = args.seq_len or profile["seq_len"], args.micro_batch or profile["micro_batch"]
-    batch = args.batch_tokens or seq_len * micro_batch * profile.get("grad_accum", 1) * cluster.world
+    seq_len = args.seq_len or profile["seq_len"]
+    free = tuple(o for o in SHAPE_OPTIONS if getattr(args, o) == AUTO)
+    micro = args.micro_batch if args.micro_batch != AUTO else None
+    batch = args.batch_tokens or seq_len * (micro or profile["micro_batch"]) * profile.get("grad_accum", 1) * cluster.world
     try:
-        accum = grad_accum_for(batch, cluster.world, micro_batch, seq_len)
+        accum = grad_accum_for(batch, cluster.world, micro or 1, seq_len)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    work = Workload(seq_len=seq_len, micro_batch=micro_batch, grad_accum=accum,
-                    activation_checkpointing=profile["activation_checkpointing"],
+    # auto splits each GPU's sequences per step: asked for as one micro-batch of all of them.
+    work = Workload(seq_len=seq_len, micro_batch=micro or accum, grad_accum=accum if micro else 1,
+                    activation_checkpointing=profile["activation_checkpointing"] if "activation_checkpointing" in free
+                    else args.activation_checkpointing,
                     loss_chunk_tokens=profile["loss_chunk_tokens"], steps=args.steps, lora_rank=args.lora_rank)
-    print(table(model, work, cluster))
-    print("\n".join(auto_lines(model, work, cluster, profile.get("reshard_after_forward", True) is False)))
+    keep_gathered = profile.get("reshard_after_forward", True) is False
+    chosen = choose(model, work, cluster, keep_gathered, args.reduce_dtype, shapes=free)
+    print(table(model, chosen.work if chosen else work, cluster))
+    print("\n".join(auto_lines(model, work, cluster, keep_gathered, args.reduce_dtype, free=free)))
     return 0
 
 

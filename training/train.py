@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args
+from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args, resolve_auto
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 
 NCCL_LOG_ROOT = "/tmp/nccl-logs"
@@ -365,12 +365,23 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     return env
 
 
+def apply_auto(cfg: TrainConfig) -> TrainConfig:
+    """The run's options with auto micro-batch and recomputation picked (training.config.resolve_auto), once, here in
+    the driver, for every worker; the pick and why are printed. Each worker's --sharding auto (choose_layout) then
+    lands on the pick's layout: the fastest that fits for the picked shape."""
+    cfg, picked = resolve_auto(cfg)
+    if picked:
+        print(picked, flush=True)
+    return cfg
+
+
 def fit(cfg: TrainConfig) -> dict:
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     started = time.time()
+    cfg = apply_auto(cfg)
     if not ray.is_initialized():
         if cfg.local:
             ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env=runtime_env(cfg), logging_level="ERROR")
