@@ -364,9 +364,13 @@ def accumulation_groups() -> list[Group]:
                   env=dict(SOCKETS_ENV), gpus_per_node=1, measure_links=True),
             # One emulated node alone: the per-step and per-micro-batch compute of the 2 x 1 layouts (the
             # shard group of hybrid is this one GPU), without any link.
+            # And the cluster's auto shape (4 x 2048, one micro-batch) at each recomputation setting: speed and
+            # the activation memory the planner counts for it.
             Group("accumulation-one-gpu", 1, [Case(f"one GPU, grad_accum {accum}", profile="l4",
-                                                   overrides={"grad_accum": accum}) for accum in (1, 4, 16)],
-                  measure_matmul=True)]
+                                                   overrides={"grad_accum": accum}) for accum in (1, 4, 16)]
+                  + [Case(f"one GPU, 4 x 2048, {ac} recomputation", profile="l4",
+                          overrides={"micro_batch": 4, "grad_accum": 1, "activation_checkpointing": ac})
+                     for ac in ("none", "selective", "full")], measure_matmul=True)]
 
 
 # ---------------------------------------------------------------- the worker (one per GPU)

@@ -169,6 +169,12 @@ class Calibration:
     microseconds of memory-bound kernels per token)."""
     profiled_model: str
     """The model (MODELS) the kernel profile ran."""
+    one_gpu: dict
+    """The reference GPU's measured step of the profiled model with a shard group of one GPU (FSDP over one
+    rank issues no collective per micro-batch), by (full recomputation, tokens per micro-batch): (seconds per
+    step, seconds per micro-batch), the line through its runs at 1, 4 and 16 micro-batches. The efficiencies
+    come from 2-GPU groups, which also wait on two gathers per layer and micro-batch: at 1 x 2,048, where the
+    host is the bound, that is a third of their step."""
     link_efficiency: float
     """NCCL bus bandwidth of large collectives over the nominal link bandwidth."""
     activation_bytes: float
@@ -242,8 +248,14 @@ class Calibration:
         memory_s = work.tokens_per_step * memory_us * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
         return matmul_s, memory_s
 
-    def measured_seconds(self, work: "Workload", model: "ModelShape") -> float:
-        """The reference GPU's step compute at this shape: its measured efficiency applied to the model's FLOPs."""
+    def measured_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2) -> float:
+        """The reference GPU's step compute at this shape: its one-GPU step where the shard group is one GPU and
+        that was measured, else its measured efficiency applied to the model's FLOPs."""
+        key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)
+        if shard == 1 and model.name == self.profiled_model and work.activation_checkpointing != "selective" \
+                and key in self.one_gpu:
+            per_step, per_micro_batch = self.one_gpu[key]
+            return per_step + work.grad_accum * per_micro_batch
         flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
         return flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
 
@@ -253,11 +265,11 @@ class Calibration:
         profiled = MODELS[self.profiled_model]
         return self.measured_seconds(work, profiled) * model.layers / profiled.layers
 
-    def compute_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> float:
-        """The reference GPU's measured time; another GPU's kernels scaled by its two ceilings, or the host's time
-        if they take less."""
+    def compute_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 2) -> float:
+        """The reference GPU's measured time (with a shard group of `shard` GPUs); another GPU's kernels scaled by
+        its two ceilings, or the host's time if they take less."""
         if gpu.name == self.reference_gpu:
-            return self.measured_seconds(work, model)
+            return self.measured_seconds(work, model, shard)
         return max(self.host_seconds(work, model), sum(self.kernel_seconds(gpu, work, model)))
 
     def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> str:
@@ -346,6 +358,9 @@ def _interpolate(points: dict, x: float) -> float:
 #   recomputation) and 16.8 GiB (l4 profile, world size 2) fit the activation and loss-chunk terms
 #   (the model gives 79.4, 23.8 and 16.4 GiB); the l4 profile's 21.3 GiB reserved gives the
 #   allocator overhead.
+# - one GPU (2026-12-01-h200-one-gpu-compute.json, `--suite accumulation` on one H200): the l4 shape (1 x 2048,
+#   recomputation, compile) at 1, 4 and 16 micro-batches, 0.1841, 0.5624 and 2.0218 s per step; least squares:
+#   0.0667 s per step + 0.1223 s per micro-batch (within 3% of each run).
 # docs/benchmarks.md, "Layouts on the emulated link" and "The planner against every H200 run", check it.
 CALIBRATION = Calibration(
     reference_gpu="H200", matmul_peak_tflops={"H200": 788.3}, memory_bandwidth_gbps={"H200": 3799.0},
@@ -354,6 +369,7 @@ CALIBRATION = Calibration(
     kernels={(False, 2048): (683.0, 14.346), (True, 2048): (563.0, 14.650),
              (False, 32768): (719.0, 3.684), (True, 32768): (594.0, 3.840)},
     profiled_model="qwen2.5-1.5b",
+    one_gpu={(True, 2048): (0.0667, 0.1223)},
     link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
     source="2 x H200 benchmark runs of 2026-11-30 (docs/bench-results)",
 )
@@ -444,7 +460,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
-    compute_s = calibration.compute_seconds(cluster.gpu, work, model)
+    compute_s = calibration.compute_seconds(cluster.gpu, work, model, shard)
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
     # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without; selective, half the
     # layers each: 2.5 of 3.5), the reductions. The root's first gather must land before anything computes.
