@@ -149,7 +149,7 @@ BAD_SETTINGS = [
      r"on 2 x g6.12xlarge \(24 GB per GPU\); micro-batch 4 x 1 accumulation, \w+ recomputation fits at [\d.]+ GiB "
      r"\(~[\d,]+ tok/s/GPU\), the same tokens per step$"),
     ({"training.model": "Qwen/Qwen2.5-14B"}, r"^gpu_instance_type: qwen2.5-14b fits in no layout, micro-batch or "
-     r"recomputation on 2 x g6.12xlarge \(24 GB per GPU\): the smallest needs [\d.]+ GiB/GPU; use GPUs with more "
+     r"recomputation on 2 x g6.12xlarge \(24 GB per GPU\): the smallest needs [\d.]+ GiB/GPU, auto allows [\d.]+ \(90% of [\d.]+ usable\); use GPUs with more "
      r"memory, more nodes, or LoRA$"),
     ({"gpu_node_count": 4, "training.model": "Qwen/Qwen2.5-7B", "training.sharding": "hybrid"},
      r"^training.sharding: 2 x 2048 tokens per GPU per step, at any micro-batch, with any recomputation needs at least "

@@ -549,18 +549,30 @@ def same_batch_shapes(work: Workload, free: tuple[str, ...] = SHAPE_OPTIONS) -> 
             for mb in micro for ac in recompute]
 
 
+# auto's micro-batch and recomputation only go where the memory model leaves this share of the usable memory
+# free: its reserved-memory figures were 5.5% under to 2.6% over one H200's at 4 x 2048 (none, selective, full;
+# 2026-12-01-h200-one-gpu-compute.json). A shape the user fixed is held to the usable memory itself.
+AUTO_MEMORY_MARGIN = 0.10
+
+
+def auto_fits(estimate_: "Estimate", cluster: Cluster) -> bool:
+    return estimate_.memory_gib * GIB <= usable_bytes(cluster.gpu) * (1 - AUTO_MEMORY_MARGIN)
+
+
 def choose(model: ModelShape, work: Workload, cluster: Cluster, keep_gathered: bool = False, reduce_dtype: str = "fp32",
            calibration: Calibration = CALIBRATION, shapes: bool | tuple[str, ...] = False,
            shardings: tuple[str, ...] = SHARDINGS) -> Estimate | None:
     """What auto trains with: the fastest layout of `shardings` that fits and, with `shapes` (True: every one of
     SHAPE_OPTIONS, or the names of those auto may change), the fastest micro-batch and recomputation at the same
-    tokens per step (same_batch_shapes); ties go to the smaller memory. None when nothing fits. Keeping weights
-    gathered and the reduction dtype stay the user's settings."""
+    tokens per step (same_batch_shapes), within AUTO_MEMORY_MARGIN (a fixed shape's layout too, unless only the
+    margin keeps it out); ties go to the smaller memory. None when nothing fits. Keeping weights gathered and the reduction dtype stay the user's settings."""
     works = same_batch_shapes(work, SHAPE_OPTIONS if shapes is True else shapes or ())
     shardings = shardings if cluster.nodes > 1 else ("full",)
     estimates = [estimate(model, w, cluster, Layout(s, keep_gathered, reduce_dtype), calibration)
                  for w in works for s in shardings]
-    fitting = [e for e in estimates if e.fits]
+    fitting = [e for e in estimates if auto_fits(e, cluster)]
+    if not fitting and not shapes:  # a shape the user fixed is held to the usable memory itself
+        fitting = [e for e in estimates if e.fits]
     return min(fitting, key=lambda e: (e.step_s, e.memory_gib)) if fitting else None
 
 
@@ -604,8 +616,10 @@ def fit_error(model: ModelShape, work: Workload, cluster: Cluster, shardings: tu
     best = choose(model, work, cluster, keep_gathered, reduce_dtype, calibration, shapes=True)
     if best is None:
         least = smallest(model, work, cluster, keep_gathered, reduce_dtype, calibration)
+        usable = usable_bytes(cluster.gpu) / GIB
         return (f"--instance-type: {model.name} fits in no layout, micro-batch or recomputation on {where}: the smallest "
-                f"needs {least.memory_gib:.1f} GiB/GPU; use GPUs with more memory, more nodes, or LoRA")
+                f"needs {least.memory_gib:.1f} GiB/GPU, auto allows {usable * (1 - AUTO_MEMORY_MARGIN):.1f} "
+                f"({1 - AUTO_MEMORY_MARGIN:.0%} of {usable:.1f} usable); use GPUs with more memory, more nodes, or LoRA")
     differs = [o for o in SHAPE_OPTIONS if o not in free and getattr(best.work, o) != getattr(work, o)]
     option = "--" + differs[0].replace("_", "-") if differs else "--sharding"
     layout = f"{best.layout.sharding}, " if option == "--sharding" else ""
@@ -623,10 +637,11 @@ def auto_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estim
     shardings = shardings if cluster.nodes > 1 else ("full",)
     candidates = [estimate(model, w, cluster, Layout(s, layout.keep_gathered, layout.reduce_dtype), calibration)
                   for w in same_batch_shapes(work, free) for s in shardings]
-    faster = [e for e in candidates if not e.fits and e.step_s < chosen.step_s]
+    faster = [e for e in candidates if not (auto_fits(e, cluster) if free else e.fits) and e.step_s < chosen.step_s]
     usable = usable_bytes(cluster.gpu) / GIB
     line = (f"auto: {layout.name}, {describe_shape(chosen.work)}: fastest that fits on {cluster.name}, "
-            f"~{chosen.step_s:.2f} s/step, {chosen.memory_gib:.1f} of {usable:.1f} GiB/GPU")
+            f"~{chosen.step_s:.2f} s/step, {chosen.memory_gib:.1f} of {usable:.1f} GiB/GPU"
+            f"{f' (auto keeps {AUTO_MEMORY_MARGIN:.0%} free)' if free else ''}")
     if faster:
         top = min(faster, key=lambda e: (e.step_s, e.memory_gib))
         line += (f"; faster but too big: {top.layout.name}, {describe_shape(top.work)} "
