@@ -194,15 +194,21 @@ def test_a_lora_case_runs_through_the_launcher_on_cpu(tmp_path):
     assert result["final_loss"] == pytest.approx(6.3, abs=0.5)  # random tokens: about ln(512)
 
 
-def test_the_lora_suite_without_peft_or_its_wheels_is_one_line(tmp_path, monkeypatch, capsys):
+def _without(package: str, tmp_path, monkeypatch) -> None:
+    """`package` not installed, and no wheels to install it from."""
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
     monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
-    assert bench.main(["--cpu", "--suite", "lora", "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.strip() == (f"error: --suite lora: peft is not installed and {tmp_path / 'no-wheels'} "
-                                               "holds no wheels (make bench-wheels, then carry .whl)")
+
+
+@pytest.mark.parametrize("suite, package", [("lora", "peft"), ("mfu", "liger_kernel")])
+def test_a_suite_without_its_package_or_wheels_is_one_line(suite, package, tmp_path, monkeypatch, capsys):
+    _without(package, tmp_path, monkeypatch)
+    assert bench.main(["--cpu", "--suite", suite, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --suite {suite}: {package} is not installed and "
+                                               f"{tmp_path / 'no-wheels'} holds no wheels (make bench-wheels, then carry .whl)")
 
 
 # ------------------------------------------------------------------ --suite mfu: the levers and the peer
@@ -241,17 +247,6 @@ def test_a_lever_is_compared_with_the_default_of_its_own_group():
         "slow: 0.750x the default's tokens/s (tried group), largest loss gap 0.0000, attention n/a"]
 
 
-def test_the_mfu_suite_without_liger_or_its_wheels_is_one_line(tmp_path, monkeypatch, capsys):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
-    monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
-    assert bench.main(["--cpu", "--suite", "mfu", "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.strip() == (f"error: --suite mfu: liger_kernel is not installed and "
-                                               f"{tmp_path / 'no-wheels'} holds no wheels (make bench-wheels, then carry .whl)")
-
-
 # ------------------------------------------------------------------ the emulated link: model against measurement
 
 
@@ -278,11 +273,7 @@ def test_a_sockets_case_is_paired_with_its_nvlink_twin_and_the_twin_predicts_its
 
 def test_the_full_suite_runs_the_peer_beside_the_default_and_goes_on_without_liger(tmp_path, monkeypatch, capsys):
     assert [c.recipe for c in {g.name: g for g in bench.plan("full", gpus=2)}["peer"].cases] == ["liger"]
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
-    monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
+    _without("liger_kernel", tmp_path, monkeypatch)
     # Past the package step to the next check (an unknown group), so nothing runs.
     assert bench.main(["--cpu", "--suite", "full", "--groups", "nope", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

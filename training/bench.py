@@ -845,7 +845,7 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
         cluster = Cluster(gpu=gpu, nodes=2, gpus_per_node=1, inter_node_gbps=link["busbw_gbps"], name="2 x (1 H200)")
         layout = Layout(st["sharding"], not st["reshard_after_forward"], st["reduce_dtype"])
         standing = dataclasses.replace(CALIBRATION, link_efficiency=1.0)
-        own = dataclasses.replace(standing, efficiency={key: efficiency})
+        own = dataclasses.replace(standing, efficiency={key: efficiency}, one_gpu={})  # this run's compute only
         predicted = estimate(MODELS[model_name], work, cluster, layout, standing)
         own_compute = estimate(MODELS[model_name], work, cluster, layout, own)
         out.append({"name": r["name"], "group": r["group"], "measured_step_s": r["step_time_s"],
