@@ -119,6 +119,29 @@ def test_only_fused_optimizers_are_handed_found_inf():
     assert not skips_on_device(torch.optim.SGD([weight], lr=0.1))
 
 
+def _run_one_rank_infinite(rank: int, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    model = _Probe(offset=float("inf") if rank == 1 else 0.0)
+    result = {}
+    try:
+        _step(model)
+    except NonFiniteStep as error:
+        result["error"] = str(error)
+    result["w"] = model.w.tolist()
+    torch.save(result, f"{out}.{rank}")
+    leave()
+
+
+def test_an_infinite_loss_on_one_worker_stops_every_worker_before_the_update(tmp_path):
+    """Rank 1's loss alone is infinite; both gradients and the norm are finite. Were the flag each rank's own,
+    rank 0 would step and the replicas part ways."""
+    out = str(tmp_path / "one-rank")
+    mp.spawn(_run_one_rank_infinite, args=(str(tmp_path / "store-one-rank"), out), nprocs=2)
+    first, second = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+    assert first["error"].endswith("another worker's loss is not finite") and second["error"].startswith("loss inf")
+    assert first["w"] == second["w"] == [1.0, 2.0]
+
+
 # ------------------------------------------------------------------ the guard and evaluation, in one process
 # A stand-in for the FSDP model (train_step and evaluate need only its forward and the two FSDP switches),
 # so each case states its own loss and gradient exactly.

@@ -269,17 +269,19 @@ def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard
     requires one original dtype only among a unit's trainable parameters (_fsdp_param_group.py,
     _init_mp_dtypes) and all-gathers mixed dtypes as bytes, so no separate units are needed; only
     the adapters get gradients, and only they are reduced.
-    single_micro_batch (grad_accum 1): nothing accumulates, so a bf16 wire needs no fp32 accumulator:
-    FSDP2 reduce-scatters the bf16 gradients as they are (its own reduce dtype), the same sums as the
-    custom reduce-scatter gives, without widening every gradient to fp32 and rounding it back each step.
+    single_micro_batch (grad_accum 1), one mesh dimension: nothing accumulates, so a bf16 wire needs no fp32
+    accumulator: FSDP2 reduce-scatters the bf16 gradients as they are (its own reduce dtype), the same sums as
+    the custom reduce-scatter gives, without widening every gradient to fp32 and rounding it back each step.
     """
     wire = REDUCE_DTYPES[reduce_dtype] if device.type == "cuda" else torch.float32
-    native_wire = single_micro_batch and wire == torch.bfloat16
+    hybrid = mesh is not None and mesh.ndim == 2
+    # Not hybrid: FSDP2 calls the all-reduce hook before widening, so the hook's mean over replicas would be
+    # rounded to bf16 (exact only for a power-of-two replica count).
+    native_wire = single_micro_batch and wire == torch.bfloat16 and not hybrid
     if device.type == "cuda":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=wire if native_wire else torch.float32)
     else:  # fp32 compute: frozen bf16 LoRA base weights are gathered as fp32 (fp32 weights are unchanged)
         mp = MixedPrecisionPolicy(param_dtype=torch.float32)
-    hybrid = mesh is not None and mesh.ndim == 2
     shard_mesh = mesh["shard"] if hybrid else mesh
     units = list(model.decoder_layers) + [model]
     for layer in model.decoder_layers:

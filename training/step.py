@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Iterator
 
 import torch
@@ -26,7 +27,8 @@ class NonFiniteStep(FloatingPointError):
     """The loss or the gradient norm of a step was NaN or infinite; the weights were not updated."""
 
     def __init__(self, loss: float, grad_norm: float) -> None:
-        super().__init__(f"loss {loss} / gradient norm {grad_norm} is not finite")
+        where = "another worker's loss is not finite" if math.isfinite(loss) and math.isfinite(grad_norm) else "is not finite"
+        super().__init__(f"loss {loss} / gradient norm {grad_norm} {where}")
         self.loss, self.grad_norm = loss, grad_norm
 
 
@@ -80,6 +82,10 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
     total_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
     finite = torch.isfinite(total_norm) & torch.isfinite(loss_sum)
+    if dist.is_initialized() and dist.get_world_size() > 1:  # every rank skips, or none: one rank's loss may be
+        not_finite = (~finite).float()                      # infinite while the global gradient norm is finite
+        dist.all_reduce(not_finite, op=dist.ReduceOp.MAX)
+        finite = not_finite == 0
     if skips_on_device(optimizer):
         with found_inf(optimizer, ~finite):
             optimizer.step()
