@@ -412,46 +412,67 @@ def _profiled(name: str) -> dict:
 @pytest.mark.parametrize("name,key", [("l4 profile", (True, 2048)), ("l4 shape without", (False, 2048)),
                                       ("h200 profile", (False, 32768)), ("h200 shape with", (True, 32768))])
 def test_the_kernel_calibration_is_the_profile_run(name, key):
-    """Model TFLOP/s = tokens x FLOPs per token / matmul-kernel seconds; memory = memory-kernel seconds / tokens."""
+    """Model TFLOP/s = tokens x FLOPs per token / matmul-kernel seconds; memory = (memory-kernel seconds less the
+    optimizer step's share) / tokens."""
     shape = _profiled(name)
     tokens, seconds = shape["tokens_per_step"], shape["split"]["kernel_s"]
     matmul_tflops, memory_us = plan.CALIBRATION.kernels[key]
     assert matmul_tflops == pytest.approx(tokens * shape["flops_per_token"] / seconds["matmul"] / 1e12, rel=0.002)
-    assert memory_us == pytest.approx(seconds["memory"] / tokens * 1e6, rel=0.002)
+    assert memory_us == pytest.approx((seconds["memory"] - _optimizer_step_seconds()) / tokens * 1e6, rel=0.002)
     assert plan.CALIBRATION.memory_bandwidth_gbps["H200"] == pytest.approx(KERNEL_PROFILE["copy_gbps"], rel=0.001)
 
 
+def _optimizer_step_seconds() -> float:
+    """The optimizer step's memory-bound seconds on one H200: the l4 shape at 1 and 16 micro-batches differ by 15
+    micro-batches' work; what the one-micro-batch step has beyond one micro-batch is the step's own."""
+    runs = {s["settings"]["grad_accum"]: s["split"]["kernel_s"]["memory"] for s in ACCUMULATION_PROFILE["shapes"]}
+    return runs[1] - (runs[16] - runs[1]) / 15
+
+
+ACCUMULATION_PROFILE = json.loads((RESULTS / "2026-12-01-h200-kernel-profile-accumulation.json").read_text())
+
+
+def test_the_optimizer_steps_share_is_per_million_parameters_of_the_profiled_model():
+    """42.71 ms at 1 micro-batch, 395.21 ms at 16: 23.50 ms each, 19.21 ms a step, over 1,543.7M parameters."""
+    assert _optimizer_step_seconds() == pytest.approx(0.01921, abs=2e-5)
+    assert plan.CALIBRATION.step_memory_us_per_mparam == pytest.approx(
+        _optimizer_step_seconds() * 1e6 / 1543.714304, rel=0.001)  # Qwen2.5-1.5B: 1,543,714,304 parameters
+
+
 def test_an_l4_step_is_the_h200_kernels_scaled_by_matmul_peak_and_bandwidth():
-    """The l4 profile's step on the H200: 0.1502 s of matmul kernels, 0.1200 s memory-bound (8,192 tokens). An L4 at
+    """The l4 profile's step on the H200: 0.1502 s of matmul kernels; memory-bound 12.305 us x 8,192 tokens plus the
+    optimizer over a node's quarter of the parameters, 12.444 us x 1,543.7M / 4 = 4,803 us: 0.10561 s. An L4 at
     121 x 788.3/989 = 96.45 TFLOP/s and 300 x 3,799/4,800 = 237.4 GB/s: 0.1502 x 788.3/96.45 = 1.228 s and
-    0.1200 x 3,799/237.4 = 1.920 s, 3.148 s of compute (26% MFU of the datasheet without the recomputed forward)."""
+    0.10561 x 3,799/237.4 = 1.690 s, 2.918 s of compute (hybrid: the optimizer shard is a node's, 4 GPUs)."""
     e = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid"))
-    assert e.compute_s == pytest.approx(1.228 + 1.920, rel=0.005)
+    assert e.compute_s == pytest.approx(1.228 + 1.690, rel=0.005)
+    full = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("full"))  # 8 GPUs share the optimizer: 2,401 us less, x 16
+    assert e.compute_s - full.compute_s == pytest.approx(0.002401 * 16.0, rel=0.01)
 
 
 def test_a_micro_batch_between_the_profiled_sizes_spreads_its_fixed_cost_over_its_tokens():
-    """Memory-bound us per token a + b / tokens through 14.650 (2,048) and 3.840 (32,768) with recomputation:
-    b = 10.810 / (1/2,048 - 1/32,768) = 23,615, a = 3.840 - 23,615/32,768 = 3.119; at 4 x 2,048: 3.119 + 2.883 = 6.002."""
+    """Memory-bound us per token a + b / tokens through 12.305 (2,048) and 3.254 (32,768) with recomputation:
+    b = 9.051 / (1/2,048 - 1/32,768) = 19,772, a = 3.254 - 19,772/32,768 = 2.651; at 4 x 2,048: 2.651 + 2.414 = 5.064."""
     four = plan.Workload(seq_len=2048, micro_batch=4, grad_accum=1, activation_checkpointing=True)
-    assert plan.CALIBRATION.kernel_profile(four, QWEN)[1] == pytest.approx(6.002, rel=0.001)
-    assert plan.CALIBRATION.kernel_profile(L4_SHAPE, QWEN) == pytest.approx((563.0, 14.650))
+    assert plan.CALIBRATION.kernel_profile(four, QWEN)[1] == pytest.approx(5.064, rel=0.001)
+    assert plan.CALIBRATION.kernel_profile(L4_SHAPE, QWEN) == pytest.approx((563.0, 12.305))
 
 
 def test_the_matmul_rate_between_and_beyond_the_profiled_sizes():
     """Seconds per TFLOP a + b / tokens through 1/563 (2,048) and 1/594 (32,768) with recomputation: b = 0.2025,
     a = 0.0016773; at 8,192 tokens 1 / (a + b/8,192) = 587.5 TFLOP/s; at 512, beyond the profile, 482.4 (and the
-    memory-bound cost 3.119 + 23,615/512 = 49.24 us per token)."""
+    memory-bound cost 2.651 + 19,772/512 = 41.27 us per token)."""
     four = plan.Workload(seq_len=2048, micro_batch=4, grad_accum=1, activation_checkpointing=True)
     assert plan.CALIBRATION.kernel_profile(four, QWEN)[0] == pytest.approx(587.5, rel=0.001)
     short = plan.Workload(seq_len=512, micro_batch=1, grad_accum=1, activation_checkpointing=True)
-    assert plan.CALIBRATION.kernel_profile(short, QWEN) == pytest.approx((482.4, 49.24), rel=0.001)
+    assert plan.CALIBRATION.kernel_profile(short, QWEN) == pytest.approx((482.4, 41.27), rel=0.001)
 
 
 def test_a_larger_model_scales_memory_work_per_token_by_its_activations_and_per_micro_batch_by_its_weights():
-    """Qwen2.5-7B at 1 x 2,048: 3.1193 us x (28 x 3,584) / (28 x 1,536) = 7.278 us of activations' work per token,
-    plus 23,615 us x 7,615,616,512 / 1,543,714,304 parameters / 2,048 tokens = 56.884 us of weights' work: 64.16 us."""
+    """Qwen2.5-7B at 1 x 2,048: 2.6506 us x (28 x 3,584) / (28 x 1,536) = 6.185 us of activations' work per token,
+    plus 19,772 us x 7,615,616,512 / 1,543,714,304 parameters / 2,048 tokens = 47.628 us of weights' work: 53.81 us."""
     seven = plan.MODELS["qwen2.5-7b"]
-    assert plan.CALIBRATION.kernel_profile(L4_SHAPE, seven)[1] == pytest.approx(7.278 + 56.884, rel=0.001)
+    assert plan.CALIBRATION.kernel_profile(L4_SHAPE, seven)[1] == pytest.approx(6.185 + 47.628, rel=0.001)
 
 
 def test_a_profile_that_is_not_a_per_token_plus_per_micro_batch_cost_is_refused():
@@ -480,11 +501,12 @@ def test_the_host_bound_grows_with_the_layers_not_with_the_flops():
 
 
 def test_a_measured_ceiling_replaces_the_datasheet_estimate():
-    """With an L4 measured at 60 TFLOP/s and 240 GB/s: 0.1502 x 788.3/60 + 0.1200 x 3,799/240 = 1.973 + 1.900 s."""
+    """With an L4 measured at 60 TFLOP/s and 240 GB/s: 0.1502 x 788.3/60 + 0.10561 x 3,799/240 = 1.973 + 1.672 s
+    (test_an_l4_step_is_...: 0.10561 s of memory-bound work on the H200 with a node's optimizer shard)."""
     measured = dataclasses.replace(plan.CALIBRATION, matmul_peak_tflops={"H200": 788.3, "L4": 60.0},
                                    memory_bandwidth_gbps={"H200": 3799.0, "L4": 240.0})
     e = plan.estimate(QWEN, L4_SHAPE, G6, plan.Layout("hybrid"), measured)
-    assert e.compute_s == pytest.approx(1.973 + 1.900, rel=0.005)
+    assert e.compute_s == pytest.approx(1.973 + 1.672, rel=0.005)
     assert "matmul kernels at 60 TFLOP/s measured, memory-bound kernels at 240 GB/s measured" in measured.basis(
         GPUS["L4"], L4_SHAPE, QWEN)
 
@@ -602,13 +624,18 @@ MEASURED_L4 = dataclasses.replace(plan.CALIBRATION, matmul_peak_tflops={"H200": 
 
 
 def test_ranking_choosing_and_the_batch_search_use_the_calibration_given():
-    """test_a_measured_ceiling_replaces_the_datasheet_estimate's L4: 1.973 + 1.900 s per 4 micro-batches."""
-    per_micro_batch = (1.973 + 1.900) / 4
-    assert {round(e.compute_s / 4, 3) for e in plan.rank_layouts(QWEN, L4_SHAPE, G6, MEASURED_L4)} == {
-        round(per_micro_batch, 3)}
-    assert plan.choose(QWEN, L4_SHAPE, G6, calibration=MEASURED_L4).compute_s == pytest.approx(4 * per_micro_batch, rel=0.005)
+    """test_a_measured_ceiling_replaces_the_datasheet_estimate's L4: 1.973 s of matmul and 0.100803 s of the H200's
+    memory-bound work per 4 micro-batches, plus the optimizer's 12.444 us x 1,543.7M over the shard group once a step
+    (hybrid: 4 GPUs, 4,803 us; full: 8, 2,401 us), all memory x 3,799/240."""
+    def compute(grad_accum: int, shard: int) -> float:
+        return 1.973 * grad_accum / 4 + (0.100803 * grad_accum / 4 + 0.019210 / shard) * 3799 / 240
+
+    for e in plan.rank_layouts(QWEN, L4_SHAPE, G6, MEASURED_L4):
+        assert e.compute_s == pytest.approx(compute(4, 4 if e.layout.sharding == "hybrid" else 8), rel=0.005)
+    chosen = plan.choose(QWEN, L4_SHAPE, G6, calibration=MEASURED_L4)
+    assert chosen.compute_s == pytest.approx(compute(4, 4 if chosen.layout.sharding == "hybrid" else 8), rel=0.005)
     found = plan.link_bound_batch(QWEN, L4_SHAPE, G6, plan.Layout("hybrid", False, "bf16"), MEASURED_L4)
-    assert found.compute_s / found.work.grad_accum == pytest.approx(per_micro_batch, rel=0.005)
+    assert found.compute_s == pytest.approx(compute(found.work.grad_accum, 4), rel=0.005)
 
 
 def test_fit_error_judges_memory_with_the_calibration_given():
@@ -772,23 +799,23 @@ def test_table_says_whether_each_layout_fits():
 
 
 def test_table_ends_with_the_basis_of_its_compute_term():
-    assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[-2] == plan.CALIBRATION.basis(GPUS["L4"], L4_SHAPE, QWEN)
+    assert plan.table(QWEN, L4_SHAPE, G6).splitlines()[-2] == plan.CALIBRATION.basis(GPUS["L4"], L4_SHAPE, QWEN, 4)
 
 
 def test_batch_line_prices_the_same_tokens_at_the_larger_batch():
-    """From 6 micro-batches (98,304 tokens per step, 5.178 s per step): 200 x 65,536 = 13,107,200 tokens take
-    ceil(133.3) = 134 steps, 134 x 5.178 = 693.9 s = ~12 min, x 2 x $4.6016 an hour = $1.77."""
+    """From 7 micro-batches (114,688 tokens per step, 5.554 s per step): 200 x 65,536 = 13,107,200 tokens take
+    ceil(114.3) = 115 steps, 115 x 5.554 = 638.7 s = ~11 min, x 2 x $4.6016 an hour = $1.63."""
     line = plan.batch_line(QWEN, L4_SHAPE, G6, plan.choose(QWEN, L4_SHAPE, G6, reduce_dtype="bf16"))
-    assert line.startswith("batch: the links cost 13% of the step at 65,536 tokens; from batch_tokens 98,304 ")
-    assert line.endswith("the same 13,107,200 tokens in 134 steps, ~12 min, ~$1.77 (a larger batch changes the "
+    assert line.startswith("batch: the links cost 15% of the step at 65,536 tokens; from batch_tokens 114,688 ")
+    assert line.endswith("the same 13,107,200 tokens in 115 steps, ~11 min, ~$1.63 (a larger batch changes the "
                          "optimisation: retune the learning rate)")
 
 
 def test_batch_line_when_the_batch_already_keeps_the_links_cheap():
-    """At 6 micro-batches the links cost 0.457 s of a 5.178 s step: 9%."""
-    work = plan.Workload(2048, 1, 6, True, 2048)
+    """At 7 micro-batches the links cost 0.507 s of a 5.554 s step: 9%."""
+    work = plan.Workload(2048, 1, 7, True, 2048)
     line = plan.batch_line(QWEN, work, G6, plan.choose(QWEN, work, G6, reduce_dtype="bf16"))
-    assert line == "batch: 98,304 tokens per step already keeps communication at 9% of the step (at most 10%)"
+    assert line == "batch: 114,688 tokens per step already keeps communication at 9% of the step (at most 10%)"
 
 
 def test_resolve_sharding_reasons_in_full():
@@ -872,14 +899,15 @@ def test_selective_recomputation_costs_the_midpoint_of_none_and_full_on_the_refe
 
 def test_selective_recomputation_costs_the_midpoint_of_the_kernel_profiles_on_another_gpu():
     """1 x 2048 x 4 on an L4. The H200's kernels at 2,048 tokens: without recomputation 683 model TFLOP/s in matmul
-    kernels and 14.346 us of memory-bound kernels per token, with full recomputation 563 and 14.650. At 8,192 tokens
-    x 10,319,250,432 FLOPs: matmul 0.12377 s and 0.15015 s, midpoint 0.13696 s; memory-bound 0.11752 s and 0.12001 s,
-    midpoint 0.11877 s. Scaled to the L4 (96.45 TFLOP/s, 237.4 GB/s; test_an_l4_step_is_...): 0.13696 x 788.3 / 96.45
-    = 1.1195 s + 0.11877 x 3,799 / 237.4 = 1.9003 s = 3.0197 s, above the host's 0.69 s."""
+    kernels and 12.001 us of memory-bound kernels per token, with full recomputation 563 and 12.305. At 8,192 tokens
+    x 10,319,250,432 FLOPs: matmul 0.12377 s and 0.15015 s, midpoint 0.13696 s; memory-bound 0.098312 s and 0.100803 s,
+    midpoint 0.099558 s, plus a node's optimizer shard once (12.444 us x 1,543.7M / 4 = 0.004803 s): 0.104360 s. Scaled
+    to the L4 (96.45 TFLOP/s, 237.4 GB/s; test_an_l4_step_is_...): 0.13696 x 788.3 / 96.45 = 1.1195 s + 0.104360 x
+    3,799 / 237.4 = 1.6698 s = 2.7893 s, above the host's 0.69 s."""
     work = plan.Workload(2048, 1, 4, "selective", 2048)
-    assert plan.estimate(QWEN, work, G6, plan.Layout("hybrid")).compute_s == pytest.approx(3.0197, rel=1e-3)
+    assert plan.estimate(QWEN, work, G6, plan.Layout("hybrid")).compute_s == pytest.approx(2.7893, rel=1e-3)
     tflops, memory_us = plan.CALIBRATION.kernel_profile(work, QWEN)
-    assert tflops == pytest.approx(2 / (1 / 683 + 1 / 563)) and memory_us == pytest.approx((14.346 + 14.650) / 2)
+    assert tflops == pytest.approx(2 / (1 / 683 + 1 / 563)) and memory_us == pytest.approx((12.001 + 12.305) / 2)
 
 
 def test_the_basis_line_says_selective_is_the_midpoint():

@@ -166,7 +166,10 @@ class Calibration:
     kernels: dict
     """The reference GPU's kernel profile of one step on one GPU, by (activation checkpointing, tokens per
     micro-batch): (model TFLOP/s over the time of the matmul and attention kernels, recomputation included;
-    microseconds of memory-bound kernels per token)."""
+    microseconds of memory-bound kernels per token, the optimizer step's share taken out)."""
+    step_memory_us_per_mparam: float
+    """Memory-bound microseconds per million trained parameters a GPU holds, once per optimizer step (the AdamW
+    update and the gradient clipping, over each GPU's shard), on the reference GPU."""
     profiled_model: str
     """The model (MODELS) the kernel profile ran."""
     one_gpu: dict
@@ -239,13 +242,15 @@ class Calibration:
         weights = model.params / profiled.params
         return 1 / seconds_per_tflop, per_token * activations + per_batch * weights / tokens
 
-    def kernel_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> tuple[float, float]:
-        """Seconds of matmul kernels and of memory-bound kernels of one step of `model` at this shape on `gpu`."""
+    def kernel_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 1) -> tuple[float, float]:
+        """Seconds of matmul kernels and of memory-bound kernels of one step of `model` at this shape on `gpu`, whose
+        optimizer updates the trained parameters' 1/shard share once per step."""
         matmul_tflops, memory_us = self.kernel_profile(work, model)
         reference = GPUS[self.reference_gpu]
         flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
         matmul_s = flops / (matmul_tflops * 1e12) * self.matmul_peak(reference) / self.matmul_peak(gpu)
-        memory_s = work.tokens_per_step * memory_us * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
+        per_step_us = self.step_memory_us_per_mparam * model.trained_params(work.lora_rank) / shard / 1e6
+        memory_s = (work.tokens_per_step * memory_us + per_step_us) * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
         return matmul_s, memory_s
 
     def measured_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2) -> float:
@@ -270,10 +275,10 @@ class Calibration:
         its two ceilings, or the host's time if they take less."""
         if gpu.name == self.reference_gpu:
             return self.measured_seconds(work, model, shard)
-        return max(self.host_seconds(work, model), sum(self.kernel_seconds(gpu, work, model)))
+        return max(self.host_seconds(work, model), sum(self.kernel_seconds(gpu, work, model, shard)))
 
-    def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape") -> str:
-        """One line: what the compute term of this GPU rests on."""
+    def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 1) -> str:
+        """One line: what the compute term of this GPU rests on (the optimizer over a shard group of `shard`)."""
         ref, tokens = self.reference_gpu, work.seq_len * work.micro_batch
         shape = f"{tokens:,} tokens per micro-batch" + {
             "none": "", "full": " with recomputation",
@@ -283,7 +288,7 @@ class Calibration:
                     f"({GPUS[ref].bf16_tflops:g} datasheet) x {self.reference_efficiency(work):.1%} efficiency at {shape}")
         if gpu.name == ref:
             return f"compute basis: {measured}; MFU is against the datasheet peak"
-        matmul_s, memory_s = self.kernel_seconds(gpu, work, model)
+        matmul_s, memory_s = self.kernel_seconds(gpu, work, model, shard)
         host_s = self.host_seconds(work, model)
         if matmul_s + memory_s <= host_s:
             return (f"compute basis: {gpu.name}'s kernels ({matmul_s:.2f} s matmul + {memory_s:.2f} s memory-bound) take "
@@ -302,8 +307,9 @@ class Calibration:
                             self.bandwidth_fraction, "GB/s", "copy")
         return (f"compute basis: {gpu.name}: matmul kernels at {peak}, memory-bound kernels at {bandwidth}; the {ref}'s "
                 f"kernel profile at {shape} ({matmul_tflops:.0f} model TFLOP/s in matmul kernels, {memory_us:.2f} us of "
-                f"memory-bound kernels per token) gives {matmul_s:.2f} s + {memory_s:.2f} s per step; MFU is against the "
-                f"datasheet peak")
+                f"memory-bound kernels per token, and {self.step_memory_us_per_mparam:.1f} us per million parameters of "
+                f"each GPU's optimizer shard once a step, here 1/{shard}) gives {matmul_s:.2f} s + {memory_s:.2f} s per step; "
+                f"MFU is against the datasheet peak")
 
 
 def _none_and_full(work: "Workload") -> tuple["Workload", "Workload"]:
@@ -351,7 +357,12 @@ def _interpolate(points: dict, x: float) -> float:
 #   matmul seconds and microseconds per token: 8 x 4096, no recomputation: 32,768 tokens x 11.376 GFLOP /
 #   0.5185 s = 719 TFLOP/s, 0.1207 s / 32,768 = 3.684 us; with recomputation: 594, 3.840; 1 x 2048 x 4
 #   with recomputation: 8,192 x 10.319 GFLOP / 0.1502 s = 563, 0.1200 s / 8,192 = 14.650 us; without: 683,
-#   14.346. The same run's copy bandwidth: 3,799 GB/s (of 4,800).
+#   14.346. The same run's copy bandwidth: 3,799 GB/s (of 4,800). The optimizer step's memory-bound share
+#   (2026-12-01-h200-kernel-profile-accumulation.json: the l4 shape at 1 and 16 micro-batches, 42.71 and
+#   395.21 ms of memory-bound kernels, so 23.50 ms per micro-batch and 19.21 ms per step) is 19.21 ms /
+#   1,543.7M parameters = 12.444 us per million, taken out of each shape's memory-bound time: (120.02 - 19.21)
+#   ms / 8,192 = 12.305 us (1 x 2048 x 4, recomputation), 12.001 without; (120.71 - 19.21) / 32,768 = 3.098
+#   (8 x 4096), 3.254 with recomputation.
 # - link: NCCL over NVLink, 224-314 GB/s bus bandwidth for 64-512 MiB collectives against 450 GB/s
 #   nominal: 0.60 (the lower end, the message sizes of one decoder layer).
 # - memory: peak allocated 82.1 GiB (h200 profile, no recomputation), 22.6 GiB (same with
@@ -366,8 +377,9 @@ CALIBRATION = Calibration(
     reference_gpu="H200", matmul_peak_tflops={"H200": 788.3}, memory_bandwidth_gbps={"H200": 3799.0},
     efficiency={(False, 16384): 0.663, (False, 32768): 0.727, (False, 49152): 0.719,
                 (True, 2048): 0.142, (True, 32768): 0.595},
-    kernels={(False, 2048): (683.0, 14.346), (True, 2048): (563.0, 14.650),
-             (False, 32768): (719.0, 3.684), (True, 32768): (594.0, 3.840)},
+    kernels={(False, 2048): (683.0, 12.001), (True, 2048): (563.0, 12.305),
+             (False, 32768): (719.0, 3.098), (True, 32768): (594.0, 3.254)},
+    step_memory_us_per_mparam=12.444,
     profiled_model="qwen2.5-1.5b",
     one_gpu={(True, 2048): (0.0667, 0.1223)},
     link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
@@ -786,7 +798,7 @@ def table(model: ModelShape, work: Workload, cluster: Cluster, calibration: Cali
                     f"{e.inter_s:.2f} ({e.inter_bytes / 1e9:.1f}) | {e.bound} | {e.tokens_per_s_per_gpu:,.0f} | "
                     f"{e.mfu:.1%} | {e.memory_gib:.1f} | {'yes' if e.fits else 'NO'} | {_duration(e.run_s)} | "
                     f"{e.run_usd:,.2f} |")
-    rows.append(calibration.basis(cluster.gpu, work, model))
+    rows.append(calibration.basis(cluster.gpu, work, model, cluster.gpus_per_node))
     rows.append(f"calibration: {calibration.source}")
     return "\n".join(rows)
 
