@@ -31,7 +31,7 @@ COLLECTIVES = {"all_gather": ("all_gather_into_tensor", "all_gather_single"),
 
 def _count_cross_node_collectives(per_node: int) -> dict:
     """Wrap the collectives FSDP2 can call, counting by kind those whose group holds ranks of two nodes;
-    one-number all-reduces (the step's count of valid targets) apart, as "scalar"."""
+    one-number all-reduces (the step's count of valid targets, its non-finite flag) apart, as "scalar"."""
     counts = {kind: 0 for kind in COLLECTIVES} | {"scalar": 0}
 
     def wrap(kind, original):
@@ -116,9 +116,10 @@ def test_hybrid_2x2_trains_like_one_worker(runs):
 
 def test_under_hybrid_gradients_cross_nodes_once_per_unit_and_step(runs):
     """Three FSDP units (2 layers and the root): three gradient all-reduces cross the nodes per step, and
-    the one number of valid targets that scales the loss; nothing else."""
+    two single numbers: the count of valid targets that scales the loss, and the step's non-finite flag (every
+    worker skips a bad step or none); nothing else."""
     _, r = runs
-    assert r["hybrid"]["cross_node_per_step"] == {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 3, "scalar": 1}
+    assert r["hybrid"]["cross_node_per_step"] == {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 3, "scalar": 2}
 
 
 def test_under_full_sharding_every_gather_and_reduction_crosses_nodes(runs):
