@@ -177,7 +177,11 @@ class Calibration:
     rank issues no collective per micro-batch), by (full recomputation, tokens per micro-batch): (seconds per
     step, seconds per micro-batch), the line through its runs at 1, 4 and 16 micro-batches. The efficiencies
     come from 2-GPU groups, which also wait on two gathers per layer and micro-batch: at 1 x 2,048, where the
-    host is the bound, that is a third of their step."""
+    host is the bound, that is a third of their step. Their per-step share is taken to be this one (the
+    optimizer's launches and work, the loss scale's count), the rest of their step per micro-batch."""
+    efficiency_accumulation: dict
+    """Micro-batches per step of the runs each efficiency was measured at (1 where not named): what a step
+    of another accumulation scales from."""
     link_efficiency: float
     """NCCL bus bandwidth of large collectives over the nominal link bandwidth."""
     activation_bytes: float
@@ -257,12 +261,19 @@ class Calibration:
         """The reference GPU's step compute at this shape: its one-GPU step where the shard group is one GPU and
         that was measured, else its measured efficiency applied to the model's FLOPs."""
         key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)
-        if shard == 1 and model.name == self.profiled_model and work.activation_checkpointing != "selective" \
-                and key in self.one_gpu:
+        measured_here = model.name == self.profiled_model and work.activation_checkpointing != "selective" \
+            and key in self.one_gpu
+        if shard == 1 and measured_here:
             per_step, per_micro_batch = self.one_gpu[key]
             return per_step + work.grad_accum * per_micro_batch
         flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
-        return flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
+        seconds = flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
+        if not measured_here:
+            return seconds
+        # The measured runs' step, per_step + their micro-batches x per micro-batch, at this accumulation.
+        per_step, measured = self.one_gpu[key][0], self.efficiency_accumulation.get(key, 1)
+        per_micro_batch = (seconds / work.grad_accum * measured - per_step) / measured
+        return per_step + work.grad_accum * per_micro_batch
 
     def host_seconds(self, work: "Workload", model: "ModelShape") -> float:
         """What the host's launches take: the reference GPU's measured step of the profiled model at this shape
@@ -381,7 +392,7 @@ CALIBRATION = Calibration(
              (False, 32768): (719.0, 3.098), (True, 32768): (594.0, 3.254)},
     step_memory_us_per_mparam=12.444,
     profiled_model="qwen2.5-1.5b",
-    one_gpu={(True, 2048): (0.0667, 0.1223)},
+    one_gpu={(True, 2048): (0.0667, 0.1223)}, efficiency_accumulation={(True, 2048): 4},
     link_efficiency=0.60, activation_bytes=46.0, loss_chunk_bytes=4.0, allocator_overhead=1.27,
     source="2 x H200 benchmark runs of 2026-11-30 (docs/bench-results)",
 )
