@@ -106,6 +106,8 @@ def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:
 
 @contextlib.contextmanager
 def found_inf(optimizer: torch.optim.Optimizer, skip: torch.Tensor):
+    """The flag for one step: a 0-dim float32 tensor on the device, as the fused kernels read it (a bool or a
+    shape [1] tensor is refused, the latter after the step count was already raised)."""
     optimizer.found_inf = skip.float()
     try:
         yield
