@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 from training.config import BUILTIN_MODELS, GPU_PROFILES, TrainConfig, validate
 from training.metrics import rates
@@ -161,18 +162,12 @@ def _cudnn_attention():
         yield
 
 
-@contextlib.contextmanager
 def _repeat_kv():
     """Hugging Face's SDPA call expands the 2 key/value heads to 12 instead of passing enable_gqa
     (a backend without grouped-query support then still qualifies)."""
     from transformers.integrations import sdpa_attention
 
-    original = sdpa_attention.use_gqa_in_sdpa
-    sdpa_attention.use_gqa_in_sdpa = lambda *args, **kwargs: False
-    try:
-        yield
-    finally:
-        sdpa_attention.use_gqa_in_sdpa = original
+    return mock.patch.object(sdpa_attention, "use_gqa_in_sdpa", lambda *args, **kwargs: False)
 
 
 @contextlib.contextmanager
@@ -191,32 +186,22 @@ def _liger_kernels():
     from liger_kernel.transformers import apply_liger_kernel_to_qwen2
     from transformers.models.qwen2 import modeling_qwen2
 
+    # Set to what they are now, so that leaving restores them over Liger's replacements.
     names = ("Qwen2RMSNorm", "Qwen2MLP", "apply_rotary_pos_emb")
-    saved = {name: getattr(modeling_qwen2, name) for name in names}
-    apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                fused_linear_cross_entropy=False)
-    try:
+    with mock.patch.multiple(modeling_qwen2, **{name: getattr(modeling_qwen2, name) for name in names}):
+        apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False)
         yield
-    finally:
-        for name, value in saved.items():
-            setattr(modeling_qwen2, name, value)
 
 
-@contextlib.contextmanager
 def _host_guard():
     """The step's finiteness guard as it was: the host waits for the loss and the norm, then launches
     the update (training.step.train_step now launches a fused optimizer first, told to skip on the device)."""
     import training.step
 
-    original = training.step.skips_on_device
-    training.step.skips_on_device = lambda optimizer: False
-    try:
-        yield
-    finally:
-        training.step.skips_on_device = original
+    return mock.patch.object(training.step, "skips_on_device", lambda optimizer: False)
 
 
-@contextlib.contextmanager
 def _copied_accumulation():
     """The fused loss's head-gradient sum as it was: each chunk's fp32 product into a new tensor, copied
     into the accumulator (now added in place)."""
@@ -224,13 +209,8 @@ def _copied_accumulation():
 
     import training.loss
 
-    original = training.loss._add_outer_fp32
-    training.loss._add_outer_fp32 = lambda accumulator, grad_logits, chunk: accumulator.copy_(
-        torch.addmm(accumulator, grad_logits.t(), chunk, out_dtype=torch.float32))
-    try:
-        yield
-    finally:
-        training.loss._add_outer_fp32 = original
+    return mock.patch.object(training.loss, "_add_outer_fp32", lambda accumulator, grad_logits, chunk: accumulator.copy_(
+        torch.addmm(accumulator, grad_logits.t(), chunk, out_dtype=torch.float32)))
 
 
 # Levers that are process settings: each runs the default case in its own torchrun.

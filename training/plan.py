@@ -258,20 +258,19 @@ class Calibration:
         return matmul_s, memory_s
 
     def measured_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2) -> float:
-        """The reference GPU's step compute at this shape: its one-GPU step where the shard group is one GPU and
-        that was measured, else its measured efficiency applied to the model's FLOPs."""
-        key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)
-        measured_here = model.name == self.profiled_model and work.activation_checkpointing != "selective" \
-            and key in self.one_gpu
-        if shard == 1 and measured_here:
-            per_step, per_micro_batch = self.one_gpu[key]
-            return per_step + work.grad_accum * per_micro_batch
+        """The reference GPU's step compute at this shape: its measured efficiency applied to the model's FLOPs;
+        where the one-GPU step was measured, that step for a shard group of one GPU, and for larger groups its
+        per-step share plus the rest of the efficiency's step per micro-batch."""
         flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
         seconds = flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
-        if not measured_here:
+        key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)
+        if model.name != self.profiled_model or work.activation_checkpointing == "selective" or key not in self.one_gpu:
             return seconds
-        # The measured runs' step, per_step + their micro-batches x per micro-batch, at this accumulation.
-        per_step, measured = self.one_gpu[key][0], self.efficiency_accumulation.get(key, 1)
+        per_step, one_gpu_micro_batch = self.one_gpu[key]
+        if shard == 1:
+            return per_step + work.grad_accum * one_gpu_micro_batch
+        # The efficiency's runs took per_step + their micro-batches x the rest; this step has grad_accum of them.
+        measured = self.efficiency_accumulation.get(key, 1)
         per_micro_batch = (seconds / work.grad_accum * measured - per_step) / measured
         return per_step + work.grad_accum * per_micro_batch
 

@@ -86,13 +86,15 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
         not_finite = (~finite).float()                      # infinite while the global gradient norm is finite
         dist.all_reduce(not_finite, op=dist.ReduceOp.MAX)
         finite = not_finite == 0
-    if skips_on_device(optimizer):
+    launched = skips_on_device(optimizer)
+    if launched:
         with found_inf(optimizer, ~finite):
             optimizer.step()
-    elif bool(finite):
+    ok = bool(finite)  # the step's host sync
+    if ok and not launched:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    if not bool(finite):
+    if not ok:
         raise NonFiniteStep(float(loss_sum), float(total_norm))
     return loss_sum, total_norm
 
