@@ -147,3 +147,44 @@ def test_build_model_reduces_natively_only_when_nothing_accumulates(grad_accum, 
         training.model.build_model(TrainConfig(model="tiny", grad_accum=grad_accum, reduce_dtype="bf16"),
                                    torch.device("cpu"), 0, 1, full_state={})
     assert seen["single_micro_batch"] is native
+
+
+def _wire_choice_worker(rank: int, store: str, out: str) -> None:
+    import training.model
+    from transformers import AutoModelForCausalLM
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    seen = {}
+    policy, custom = training.model.MixedPrecisionPolicy, training.model.WireDtypeReduceScatter
+
+    def recorded_policy(**kwargs):
+        seen["reduce_dtype"] = kwargs["reduce_dtype"]
+        return policy(**kwargs)
+
+    def recorded_custom(wire):
+        seen["custom"] = True
+        return custom(wire)
+
+    training.model.MixedPrecisionPolicy, training.model.WireDtypeReduceScatter = recorded_policy, recorded_custom
+    result = {}
+    for name, mesh in (("flat", init_device_mesh("cpu", (1,))),
+                       ("hybrid", init_device_mesh("cpu", (1, 1), mesh_dim_names=("replicate", "shard")))):
+        seen.clear()
+        lm = AutoModelForCausalLM.from_config(builtin_config("tiny"), dtype=torch.float32, attn_implementation="eager")
+        apply_fsdp(CausalLMWithLoss(lm, 64), torch.device("cuda"), mesh=mesh, reduce_dtype="bf16", single_micro_batch=True)
+        result[name] = (seen["reduce_dtype"], "custom" in seen)
+    torch.save(result, out)
+    leave()
+
+
+def test_one_micro_batch_keeps_the_custom_wire_on_a_hybrid_mesh(tmp_path):
+    """FSDP2 calls the replica all-reduce hook before it widens a bf16 reduction to fp32, so natively the mean
+    over replicas would be rounded to bf16 (exact only for a power-of-two replica count): hybrid keeps the fp32
+    reduction with the custom bf16 wire; a flat mesh reduces in bf16 natively."""
+    out = tmp_path / "choice.pt"
+    mp.spawn(_wire_choice_worker, args=(str(tmp_path / "store"), str(out)), nprocs=1, join=True)
+    result = torch.load(out)
+    assert result["flat"] == (torch.bfloat16, False)
+    assert result["hybrid"] == (torch.float32, True)
