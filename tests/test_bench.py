@@ -219,7 +219,9 @@ def test_mfu_suite_undoes_each_kept_change_alone_and_runs_the_peer_in_its_own_pr
     main = [(c.name, c.levers) for c in groups["main"].cases]
     assert main[0] == ("trainer, h200 profile (default)", ())
     assert sorted(levers for _, levers in main[1:]) == [(), ("copied-accumulation",), ("host-guard",),
-                                                       ("host-guard", "copied-accumulation")]
+                                                       ("host-guard", "copied-accumulation"), ("read-after-update",),
+                                                       ("read-after-update", "transformers-masks"),
+                                                       ("transformers-masks",)]
     assert groups["main"].cases[-1].overrides == {"reduce_dtype": "bf16"}
     # Liger patches Hugging Face's Qwen2 classes for the whole process: the peer runs alone.
     assert [c.recipe for c in groups["peer"].cases] == ["liger"]
@@ -229,7 +231,8 @@ def test_mfu_suite_undoes_each_kept_change_alone_and_runs_the_peer_in_its_own_pr
 
 def test_a_lever_is_compared_with_the_default_of_its_own_group():
     """Ratios and loss gaps by hand: main default 50,000 tok/s; a lever at 50,500 (1.010x) whose losses
-    differ by at most 0.002; a second group's own default at 40,000 and its lever at 30,000 (0.750x)."""
+    differ by at most 0.002; a second group's own default at 40,000 and its lever at 30,000 (0.750x); a third
+    group's baseline of another profile (its first case without levers) at 10,000 and its lever at 9,000."""
     settings = {"micro_batch": 8}
     default = {"name": "d", "group": "main", "recipe": "trainer", "levers": [], "settings": settings,
                "tokens_per_s_per_gpu": 50_000, "losses": [12.0, 11.5]}
@@ -241,10 +244,15 @@ def test_a_lever_is_compared_with_the_default_of_its_own_group():
             {"name": "slow", "group": "tried", "recipe": "trainer", "levers": ["y"], "settings": settings,
              "tokens_per_s_per_gpu": 30_000, "losses": [12.0, 11.5]},
             {"name": "peer", "group": "peer", "recipe": "liger", "levers": [], "settings": settings,
-             "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]}]
+             "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]},
+            {"name": "l4", "group": "l4-step", "recipe": "trainer", "levers": [], "settings": {"micro_batch": 1},
+             "tokens_per_s_per_gpu": 10_000, "losses": [12.0, 11.0]},
+            {"name": "l4 slow", "group": "l4-step", "recipe": "trainer", "levers": ["z"], "settings": {"micro_batch": 1},
+             "tokens_per_s_per_gpu": 9_000, "losses": [12.0, 11.0]}]
     assert bench.lever_lines(default, rows) == [
         "fast: 1.010x the default's tokens/s (main group), largest loss gap 0.0020, attention n/a",
-        "slow: 0.750x the default's tokens/s (tried group), largest loss gap 0.0000, attention n/a"]
+        "slow: 0.750x the default's tokens/s (tried group), largest loss gap 0.0000, attention n/a",
+        "l4 slow: 0.900x the default's tokens/s (l4-step group), largest loss gap 0.0000, attention n/a"]
 
 
 # ------------------------------------------------------------------ the emulated link: model against measurement

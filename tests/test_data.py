@@ -4,6 +4,7 @@ the validation split, Hub dataset layouts, and documents kept apart by the atten
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -172,19 +173,74 @@ def test_packed_documents_do_not_attend_to_each_other(model_folder):
     assert (leaking - alone).abs().max() > 1e-3
 
 
-def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model_folder):
+# flex: what real data trains with on GPU (training.model.attention_kernel); its block mask is compiled (~20 s on CPU).
+@pytest.mark.parametrize("attention", ["sdpa", "flex_attention"])
+def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model_folder, attention):
     from transformers import AutoModelForCausalLM
 
     from training.model import CausalLMWithLoss
 
-    model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)
+    lm = AutoModelForCausalLM.from_pretrained(model_folder, attn_implementation=attention).eval()
+    packed, separate, unmasked = _two_documents_packed_and_apart(CausalLMWithLoss(lm, loss_chunk_tokens=5))
+    torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)
+    assert abs(unmasked - separate) > 1e-3
+
+
+def _two_documents_packed_and_apart(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The summed loss of two documents packed in one block, of each alone (summed), and of the block without
+    its positions (plain causal attention across the two)."""
     docs = [([11, 12, 13, 14, 15], [True] * 5, False), ([30, 31, 32, 33, 34, 35, 36], [True] * 7, False)]
     block = {k: torch.from_numpy(v) for k, v in model_inputs(pack(docs, seq_len=12, pad_id=0)).items()}
     with torch.no_grad():
         packed = model(**block)
         separate = sum(model(**{k: torch.from_numpy(v) for k, v in model_inputs(pack([d], seq_len=len(d[0]), pad_id=0)).items()})
                        for d in docs)
-        unmasked = model(block["input_ids"], block["labels"])
+        return packed, separate, model(block["input_ids"], block["labels"])
+
+
+def test_the_trainers_forward_never_reads_the_positions_back_to_the_host(model_folder):
+    """transformers' own check for packed documents reads the positions back to the host (a sync that idles the GPU
+    once a micro-batch); the trainer builds the masks without it. The control: the model called as transformers
+    calls itself does run the check."""
+    from transformers import AutoModelForCausalLM
+
+    from training.model import CausalLMWithLoss
+
+    model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)
+    docs = [([11, 12, 13, 14, 15], [True] * 5, False), ([30, 31, 32, 33, 34, 35, 36], [True] * 7, False)]
+    block = {k: torch.from_numpy(v) for k, v in model_inputs(pack(docs, seq_len=14, pad_id=0)).items()}
+    synced = AssertionError("the positions were read back to the host")
+    with torch.no_grad(), mock.patch("transformers.masking_utils.find_packed_sequence_indices", side_effect=synced):
+        model(**block)
+        model(block["input_ids"], block["labels"])
+        with pytest.raises(AssertionError, match="read back to the host"):
+            model.lm.model(input_ids=block["input_ids"], position_ids=block["position_ids"], use_cache=False)
+
+
+def test_positions_that_start_no_document_are_left_out_of_the_models_inputs():
+    """A block that one document fills runs 0..n-1: plain causal attention needs no positions (and no mask to build);
+    a block of two documents keeps them, as does one whose padding starts its own positions."""
+    full = pack([([11, 12, 13, 14], [True] * 4, False)], seq_len=4, pad_id=0)
+    two = pack([([11, 12], [True] * 2, False), ([30, 31], [True] * 2, False)], seq_len=4, pad_id=0)
+    padded = pack([([11, 12, 13], [True] * 3, False)], seq_len=4, pad_id=0)
+    assert "position_ids" not in model_inputs(full)
+    assert "position_ids" not in model_inputs({k: torch.from_numpy(v) for k, v in full.items()})
+    assert model_inputs(two)["position_ids"].tolist() == [[0, 1, 0, 1]]
+    assert model_inputs(padded)["position_ids"].tolist() == [[0, 1, 2, 0]]
+
+
+def test_a_model_that_builds_its_own_masks_still_keeps_packed_documents_apart():
+    """Llama's config lists no layer types and its forward takes no prepared masks: the trainer leaves the masks to
+    it (transformers' own check of the positions) and the packed block's loss is still its documents' apart."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from training.model import CausalLMWithLoss
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1)
+    packed, separate, unmasked = _two_documents_packed_and_apart(
+        CausalLMWithLoss(LlamaForCausalLM(config).eval(), loss_chunk_tokens=5))
     torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)
     assert abs(unmasked - separate) > 1e-3
 

@@ -38,16 +38,24 @@ def test_counts_sum_micro_batches_and_flag_blocks_with_nothing_to_learn():
     drawn = list(counts.counted(iter([learned, empty_batch(4)])))
     assert len(drawn) == 2
     # 2 x 4 + 1 x 4 tokens; 3 + 4 + 0 real; the second row and the empty batch learn nothing.
-    assert counts.take(torch.device("cpu")) == {"tokens": 12, "real_tokens": 7, "truncated": 1, "unlearned": 1,
-                                                "empty_blocks": 2}
-    assert counts.take(torch.device("cpu"))["tokens"] == 0 and counts.total["tokens"] == 12
+    assert counts.drain() == [12, 7, 1, 1, 2] and counts.drain() == [0, 0, 0, 0, 0]
+
+
+def test_summed_counts_are_taken_since_the_last_take_and_kept_in_the_total():
+    """Two steps' sums over the workers (what train_step hands back), then a take; a third step, then a take."""
+    counts = DataCounts()
+    counts.add([8.0, 6.0, 1.0, 0.0, 0.0])
+    counts.add([8.0, 7.0, 0.0, 1.0, 1.0])
+    assert counts.take() == {"tokens": 16, "real_tokens": 13, "truncated": 1, "unlearned": 1, "empty_blocks": 1}
+    counts.add([8.0, 8.0, 0.0, 0.0, 0.0])
+    assert counts.take()["tokens"] == 8 and counts.total["tokens"] == 24 and counts.total["real_tokens"] == 21
 
 
 def test_synthetic_batches_count_every_token_as_real():
     counts = DataCounts()
     list(counts.counted(iter([{"input_ids": torch.zeros((2, 8)), "labels": torch.ones((2, 8), dtype=torch.int64)}])))
-    taken = counts.take(torch.device("cpu"))
-    assert taken["tokens"] == taken["real_tokens"] == 16 and taken["empty_blocks"] == 0
+    tokens, real_tokens, _, _, empty_blocks = counts.drain()
+    assert tokens == real_tokens == 16 and empty_blocks == 0
 
 
 def test_throughput_counts_real_tokens_not_padding(monkeypatch):

@@ -84,6 +84,18 @@ def shard():
     return ray.data.from_items([{"id": i} for i in range(ROWS)]).iterator()
 
 
+def test_batches_stay_on_the_host_inside_a_train_worker(shard, monkeypatch):
+    """In a Ray Train worker Ray Data would put batches on the worker's device (its "auto"); here that device is
+    "meta", so a batch left to the default would come back there. The trainer's counts read batches on the host."""
+    import ray.train.torch
+    import ray.train.utils
+
+    monkeypatch.setattr(ray.train.utils, "_in_ray_train_worker", lambda: True)
+    monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("meta"))
+    assert next(iter(shard.iter_torch_batches(batch_size=1)))["id"].device.type == "meta"  # the default, to undo
+    assert next(dataset_batches(shard, micro_batch=1))["id"].device.type == "cpu"
+
+
 def test_each_epoch_has_its_own_order_of_every_block(shard):
     ids = row_ids(shard, 2 * ROWS, shuffle_seed=11)
     first, second = ids[:ROWS], ids[ROWS:]

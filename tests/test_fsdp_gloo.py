@@ -23,10 +23,9 @@ def _run(rank: int, world: int, micro_batch: int, store: str, out: str, keep_gat
     batches = synthetic_batches("pattern", 1, model.config.vocab_size, 32, micro_batch, rank, world)
     losses, norms = [], []
     for _ in range(3):
-        loss, norm = train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-3, device=device,
-                                keep_weights_gathered=keep_gathered)
-        dist.all_reduce(loss)
-        losses.append(loss.item() / world)
+        loss, norm, _ = train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-3, device=device,
+                                   keep_weights_gathered=keep_gathered)
+        losses.append(loss)
         norms.append(float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm))
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

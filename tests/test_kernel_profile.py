@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.kernel_profile import kernel_class, main, shares, split_trace
+from training.kernel_profile import STEP_LABEL, kernel_class, main, shares, split_trace
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -53,6 +53,69 @@ def test_a_trace_splits_into_class_seconds_and_busy_time_counts_overlap_once():
     assert split["busy_s"] == pytest.approx(400e-6) and split["kernels"] == 3
     assert [k["name"] for k in split["top"]] == ["nvjet_sm90_tst_192x192", "triton_red_fused_rsqrt_0",
                                                 "Memcpy DtoD (Device -> Device)"]
+
+
+def test_idle_time_is_placed_before_between_and_after_the_kernels_with_the_host_work_of_each_gap():
+    """A 1,000 us step: kernels at 100-300, 250-350 (overlapping), 500-550 and 900-950. Idle: 100 us before, 50 after,
+    and two gaps between, longest first: 550-900 (350 us) and 350-500 (150 us), during which the host ran an
+    FSDP hook (360-480, inside a 0-1000 compiled region: the innermost span is named first)."""
+    split = split_trace(_step_with_gaps())
+    assert split["idle_before_first_kernel_s"] == pytest.approx(100e-6)
+    assert split["idle_after_last_kernel_s"] == pytest.approx(50e-6)
+    assert split["idle_between_kernels_s"] == pytest.approx(500e-6)
+    assert [(round(g["s"] * 1e6), round(g["at_s"] * 1e6), g["after"], g["before"]) for g in split["gaps"]] == [
+        (350, 450, "Memcpy DtoH (Device -> Pinned)", "gemm_d"), (150, 250, "norm_b", "Memcpy DtoH (Device -> Pinned)")]
+    assert split["gaps"][1]["host"] == ["FSDP::pre_forward", "Torch-Compiled Region"]
+    assert split["gaps"][0]["host"] == ["Torch-Compiled Region"]
+
+
+def test_a_gap_and_a_copy_to_the_host_name_the_host_code_that_launched_them():
+    """The kernel after each gap and each copy to the host are traced back, by their correlation ids, to the
+    runtime call that launched them and the host spans around it, innermost first."""
+    split = split_trace(_step_with_gaps())
+    assert split["gaps"][0]["waited_for_launch_by"] == ["model.py(10): forward", "Torch-Compiled Region"]
+    assert split["gaps"][1]["waited_for_launch_by"] == ["aten::item", "data.py(7): count", "Torch-Compiled Region"]
+    assert split["copies_to_host"] == [{"at_s": pytest.approx(400e-6),
+                                    "launched_by": ["aten::item", "data.py(7): count", "Torch-Compiled Region"]}]
+
+
+def test_of_two_steps_back_to_back_the_second_is_split_with_the_idle_time_since_the_firsts_last_kernel():
+    """Step 1's host span launches a 0-400 us GEMM (its update, still running when step 2's span opens at 300) and,
+    queued behind it, a 400-440 us copy that starts after step 2's span opened; step 2's span launches kernels at
+    450-500 and 520-600. Step 2 alone (kernels assigned by who launched them, not by when they ran): 130 us of
+    kernels, GPU idle 10 us before its first (440 -> 450) and 20 us between its two."""
+    def launched(name, correlation, at, start, duration):
+        return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 1,
+                 "args": {"correlation": correlation}},
+                {**_kernel(name, start, duration), "args": {"correlation": correlation}}]
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 0, "dur": 290},
+              {"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 300, "dur": 200},
+              *launched("adamw", 1, 10, 0, 400), *launched("copy", 4, 20, 400, 40),
+              *launched("gemm_a", 2, 310, 450, 50), *launched("norm_b", 3, 320, 520, 80)]
+    split = split_trace(events)
+    assert split["kernels"] == 2 and split["busy_s"] == pytest.approx(130e-6)
+    assert split["idle_before_first_kernel_s"] == pytest.approx(10e-6)
+    assert split["idle_between_kernels_s"] == pytest.approx(20e-6) and "idle_after_last_kernel_s" not in split
+
+
+def _step_with_gaps() -> list[dict]:
+    def host(cat: str, name: str, start: float, duration: float) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "ts": start, "dur": duration}
+
+    def launch(correlation: int, at: float) -> dict:
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 2,
+                "args": {"correlation": correlation}}
+
+    kernels = [_kernel("gemm_a", 100, 200), _kernel("norm_b", 250, 100),
+               _kernel("Memcpy DtoH (Device -> Pinned)", 500, 50, cat="gpu_memcpy"), _kernel("gemm_d", 900, 50)]
+    for correlation, kernel in enumerate(kernels, 1):
+        kernel["args"] = {"correlation": correlation}
+    return [host("user_annotation", STEP_LABEL, 0, 1000), host("cpu_op", "Torch-Compiled Region", 0, 1000),
+            host("user_annotation", "FSDP::pre_forward", 360, 120),
+            host("python_function", "data.py(7): count", 481, 15), host("cpu_op", "aten::item", 482, 13),
+            host("python_function", "model.py(10): forward", 870, 20),
+            launch(1, 50), launch(2, 60), launch(3, 485), launch(4, 880), *kernels]
 
 
 def test_shares_are_of_the_wall_time_with_overlap_scaled_out_and_the_rest_idle():

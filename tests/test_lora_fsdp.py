@@ -54,15 +54,13 @@ def _run(rank: int, world: int, port: int, folder: str) -> None:
     def steps(model, optimizer, batches, n: int) -> list[float]:
         out = []
         for _ in range(n):
-            loss, _ = train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-2, device=device)
-            dist.all_reduce(loss)
-            out.append(loss.item() / world)
+            out.append(train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-2, device=device).loss)
         return out
 
     model, optimizer, batches = fresh()
     initial = _full(model)
     probe = [next(synthetic_batches("pattern", 7, model.config.vocab_size, 32, micro_batch, rank, world))]
-    model(**probe[0], scale=step_loss_scale(probe, device)).backward()
+    model(**probe[0], scale=step_loss_scale(probe, device)[0]).backward()
     with_gradients = sorted(name for name, p in model.named_parameters() if p.grad is not None)
     optimizer_params = sum(len(group["params"]) for group in optimizer.param_groups)
     optimizer.zero_grad(set_to_none=True)

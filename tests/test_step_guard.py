@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
-from training.step import NonFiniteStep, evaluate, make_optimizer, skips_on_device, train_step
+from training.step import NonFiniteStep, evaluate, make_optimizer, on_host, skips_on_device, train_step
 from tests.process_group import leave
 
 
@@ -27,8 +27,7 @@ def _run(rank: int, store: str, out: str, poison: bool) -> None:
         model.register_forward_hook(lambda module, args, output: output * float("nan"))
     result = {}
     try:
-        loss, norm = train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-3, device=device)
-        result["norm"] = float(norm)
+        result["norm"] = train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-3, device=device).grad_norm
     except NonFiniteStep as error:
         result["error"] = str(error)
     after = {k: v.full_tensor() for k, v in model.state_dict().items()}
@@ -210,10 +209,34 @@ def test_the_probe_steps_when_everything_is_finite():
     """The control. Loss: (1*1 + 2*1) / 2 valid targets = 1.5; gradient: [1, 1] / 2 = [0.5, 0.5];
     SGD at lr 0.5 moves w by -0.25 each: [0.75, 1.75]; the gradient norm is sqrt(0.5^2 * 2) = 0.7071."""
     model = _Probe()
-    loss, norm = _step(model)
+    loss, norm, _ = _step(model)
     assert float(loss) == pytest.approx(1.5) and float(norm) == pytest.approx(0.5 ** 0.5)
     assert model.w.tolist() == pytest.approx([0.75, 1.75])
     assert model.w.grad is None  # the gradient's memory is given back after the update
+
+
+def _weights_when_the_host_reads_the_step(monkeypatch, optimizer_kind) -> list:
+    import training.step
+
+    model, seen = _Probe(), []
+
+    def spying(values):
+        wait = on_host(values)
+        return lambda: seen.append(model.w.tolist()) or wait()
+
+    monkeypatch.setattr(training.step, "on_host", spying)
+    optimizer = optimizer_kind(model.parameters())
+    train_step(model, optimizer, _batches(), grad_accum=1, grad_clip=0.0, lr=0.5, device=torch.device("cpu"))
+    return seen
+
+
+def test_a_fused_update_is_launched_before_the_host_reads_the_steps_numbers(monkeypatch):
+    """On the GPU the update then runs while the host reads the loss and starts the next step. On CPU every op
+    runs as it is launched, so the weights the host sees at its read say what was launched: already updated
+    (0.75, 1.75: the probe's step) with fused SGD; as they were with plain SGD, which waits for the host."""
+    fused = _weights_when_the_host_reads_the_step(monkeypatch, lambda p: torch.optim.SGD(p, lr=1.0, fused=True))
+    plain = _weights_when_the_host_reads_the_step(monkeypatch, lambda p: torch.optim.SGD(p, lr=1.0))
+    assert fused == [pytest.approx([0.75, 1.75])] and plain == [[1.0, 2.0]]
 
 
 class _Recording(_Probe):
@@ -242,7 +265,7 @@ def test_a_step_of_two_micro_batches_is_their_mean_over_all_four_targets():
     """Each micro-batch: w.x = 3 over 2 targets; the step has 4 targets, so each contributes 3/4 and the loss is
     1.5 (not 0.75, the last micro-batch alone); the gradient [2, 2] / 4 = [0.5, 0.5] moves w by 0.25 at lr 0.5."""
     model = _Probe()
-    loss, norm = _step(model, grad_accum=2)
+    loss, norm, _ = _step(model, grad_accum=2)
     assert float(loss) == pytest.approx(1.5) and float(norm) == pytest.approx(0.5 ** 0.5)
     assert model.w.tolist() == pytest.approx([0.75, 1.75])
 
@@ -250,7 +273,7 @@ def test_a_step_of_two_micro_batches_is_their_mean_over_all_four_targets():
 def test_the_gradient_is_clipped_to_grad_clip_and_the_norm_reported_before_clipping():
     """Norm 0.7071 clipped to 0.25: the gradient becomes [0.17678, 0.17678] and lr 0.5 moves w by 0.08839."""
     model = _Probe()
-    _, norm = _step(model, grad_clip=0.25)
+    norm = _step(model, grad_clip=0.25).grad_norm
     assert float(norm) == pytest.approx(0.5 ** 0.5)
     assert model.w.tolist() == pytest.approx([1 - 0.25 / 2 ** 0.5 / 2, 2 - 0.25 / 2 ** 0.5 / 2], rel=1e-5)
 
@@ -260,8 +283,8 @@ def test_a_step_with_a_single_target_divides_by_one():
     from training.step import step_loss_scale
 
     batch = {"input_ids": torch.tensor([[1, 1]]), "labels": torch.tensor([[5, -100]])}
-    assert float(step_loss_scale([batch], torch.device("cpu"))) == 1.0
-    assert float(step_loss_scale([dict(batch, labels=torch.tensor([[-100, -100]]))], torch.device("cpu"))) == 1.0
+    assert float(step_loss_scale([batch], torch.device("cpu"))[0]) == 1.0
+    assert float(step_loss_scale([dict(batch, labels=torch.tensor([[-100, -100]]))], torch.device("cpu"))[0]) == 1.0
 
 
 class _SummedLabels(torch.nn.Module):
@@ -321,3 +344,65 @@ def test_validation_over_two_workers_is_the_mean_over_all_their_targets_and_padd
     for rank in (0, 1):
         loss, count = json.loads((tmp_path / f"{rank}.json").read_text())
         assert (loss, count) == (pytest.approx(25 / 6), 6)
+
+
+# ------------------------------------------------------------------ on a GPU: the step waits for its own numbers only
+# Skipped without CUDA; run on the GPU machine (docs/benchmarks.md, "Correctness on the GPU machine").
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@cuda
+def test_the_steps_read_waits_for_its_copy_not_for_work_queued_after_it():
+    """Numbers copied, then 0.5 s of work queued behind them: the read returns them before that work is done."""
+    import time
+
+    values = torch.tensor([1.5, 0.0, 0.25], device="cuda", dtype=torch.float64)
+    torch.cuda.synchronize()
+    read = on_host(values * 2)
+    torch.cuda._sleep(int(0.5 * torch.cuda.get_device_properties(0).clock_rate * 1e3))  # ~0.5 s of GPU cycles
+    started = time.perf_counter()
+    numbers = read()
+    waited = time.perf_counter() - started
+    still_busy = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert numbers == [3.0, 0.0, 0.5] and waited < 0.1 and still_busy
+
+
+def _run_without_syncs(rank: int, store: str, out: str) -> None:
+    """Three steps of the tiny model on one GPU, on blocks of two packed documents; the third under CUDA's sync
+    check, which raises on any blocking read of the device (an .item(), a bool(), a .cpu()) made by the step: the
+    forward, the document masks, the counts."""
+    from training.metrics import DataCounts
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", init_method=f"file://{store}", rank=0, world_size=1)
+    device = torch.device("cuda", 0)
+    model = build_model(TrainConfig(model="tiny", seq_len=16, micro_batch=2, seed=3, compile=False), device, 0, 1)
+    optimizer = make_optimizer(model, 1e-3, 0.1, device)
+    counts = DataCounts()
+    two_documents = torch.cat([torch.arange(8), torch.arange(8)]).expand(2, -1)  # each row packs two documents
+    batches = counts.counted(dict(b, position_ids=two_documents)
+                             for b in synthetic_batches("pattern", 3, model.config.vocab_size, 16, 2, 0, 1))
+    result = {}
+    for step in range(3):
+        if step == 2:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            result["loss"] = train_step(model, optimizer, batches, grad_accum=2, grad_clip=1.0, lr=1e-3, device=device,
+                                        count=counts.drain).loss
+        except RuntimeError as error:
+            result["error"] = str(error)
+            break
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.save(result, out)
+    leave()
+
+
+@cuda
+def test_a_training_step_makes_no_blocking_read_of_the_gpu(tmp_path):
+    out = tmp_path / "syncs.pt"
+    mp.spawn(_run_without_syncs, args=(str(tmp_path / "store-syncs"), str(out)), nprocs=1)
+    result = torch.load(out)
+    assert "error" not in result, result.get("error")
+    assert result["loss"] > 0

@@ -213,12 +213,37 @@ def _copied_accumulation():
         torch.addmm(accumulator, grad_logits.t(), chunk, out_dtype=torch.float32)))
 
 
+def _read_after_update():
+    """The step's numbers read as they were: after the update is launched, so the host waits for the whole
+    step, update included, and every step starts on an idle GPU (now only their own copy is waited for)."""
+    import training.step
+
+    return mock.patch.object(training.step, "on_host", lambda values: values.tolist)
+
+
+def _transformers_masks():
+    """The attention masks as transformers builds them inside the model: it checks the positions for packed
+    documents by reading them back to the host, a sync in every forward (training.model.attention_masks)."""
+    import torch
+    from transformers.masking_utils import create_causal_mask
+
+    import training.model
+
+    def masks(config, embeds, position_ids):
+        positions = torch.arange(embeds.shape[1], device=embeds.device)[None] if position_ids is None else position_ids
+        return {"full_attention": create_causal_mask(config=config, inputs_embeds=embeds, attention_mask=None,
+                                                     past_key_values=None, position_ids=positions)}
+
+    return mock.patch.object(training.model, "attention_masks", masks)
+
+
 # Levers that are process settings: each runs the default case in its own torchrun.
 MFU_ENV_GROUPS = {"expandable-segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                   "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}}
 LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
-          "host-guard": _host_guard, "copied-accumulation": _copied_accumulation}
+          "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,
+          "read-after-update": _read_after_update, "transformers-masks": _transformers_masks}
 
 
 def attention_backend(device, cfg: TrainConfig) -> str:
@@ -247,16 +272,21 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
         label = " + ".join([*names, *(f"{k} {v}" for k, v in overrides.items())])
         return Case(f"trainer, {label}", levers=names, overrides=overrides)
 
-    # The trainer's changes, each undone alone (the default has both), and the levers tried that did not pay.
+    # The trainer's changes, each undone alone (the default has them all), and the levers tried that did not pay.
     # bf16 on the wire: with one micro-batch per step FSDP2 reduce-scatters the bf16 gradients natively.
-    kept = [default, lever("host-guard"), lever("copied-accumulation"), lever("host-guard", "copied-accumulation"),
-            lever(reduce_dtype="bf16")]
+    kept = [default, lever("read-after-update", "transformers-masks"), lever("read-after-update"),
+            lever("transformers-masks"), lever("host-guard"), lever("copied-accumulation"),
+            lever("host-guard", "copied-accumulation"), lever(reduce_dtype="bf16")]
     tried = [lever("cudnn-attention"), lever("cudnn-attention", "repeat-kv"), lever("coordinate-descent"),
              lever("liger-kernels"), lever(loss_chunk_tokens=16384),
              lever("cudnn-attention", "coordinate-descent")]
     envs = [Group(name, gpus, [dataclasses.replace(default, name=f"trainer, {name}")], env=env)
             for name, env in MFU_ENV_GROUPS.items()]
-    return [Group("main", gpus, kept, measure_matmul=True),
+    # The l4 profile's 4 micro-batches a step: a sync in each forward idled the GPU four times a step.
+    l4 = [Case("trainer, l4 profile", profile="l4"),
+          Case("trainer, l4 profile, read-after-update + transformers-masks", profile="l4",
+               levers=("read-after-update", "transformers-masks"))]
+    return [Group("main", gpus, kept, measure_matmul=True), Group("l4-step", gpus, l4),
             Group("peer", gpus, [PEER]), Group("tried", gpus, [default, *tried]), *envs]
 
 
@@ -507,7 +537,7 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     def step(i: int):
         lr = lr_at(i, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
         return train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                          keep_weights_gathered=not cfg.reshard_after_forward)[0]
+                          keep_weights_gathered=not cfg.reshard_after_forward).loss
 
     return model, optimizer, step
 
@@ -579,7 +609,12 @@ def _peer_step(cfg: TrainConfig, device, rank: int, world: int):
 
 
 def time_steps(step, warmup: int, steps: int, device) -> dict:
-    """Mean step time over `steps` after `warmup` (compilation, allocator growth), plus the spread."""
+    """Mean step time over `steps` after `warmup` (compilation, allocator growth), plus the spread.
+
+    The steps run back to back, as the training loop runs them: the GPU is synchronised before the first and
+    after the last only, so the next step's launch overlaps the update as it does in training. A step's time
+    is then the host's, from one step's return to the next (the trainer's returns once its loss is known; a
+    recipe that returns its loss on the device may run ahead, and only the mean is its step time)."""
     import torch
     import torch.distributed as dist
 
@@ -596,15 +631,17 @@ def time_steps(step, warmup: int, steps: int, device) -> dict:
     sync()
     warmup_s = time.perf_counter() - started
     dist.barrier()
-    per_step, last = [], None
-    begin = time.perf_counter()
+    per_step, timed = [], []
+    begin = previous = time.perf_counter()
     for i in range(warmup, warmup + steps):
-        t0 = time.perf_counter()
-        last = step(i)
-        sync()
-        per_step.append(time.perf_counter() - t0)
-        losses.append(float(last))
+        timed.append(step(i))  # a recipe returning a device tensor is read after the loop, not per step
+        now = time.perf_counter()
+        per_step.append(now - previous)
+        previous = now
+    sync()
     total = time.perf_counter() - begin
+    losses += [float(loss) for loss in timed]
+    last = timed[-1]
     final_loss = float(last)
     if final_loss != final_loss:
         raise RuntimeError("the loss is NaN")
@@ -740,8 +777,13 @@ def comparisons(rows: list[dict]) -> list[str]:
 def lever_lines(default: dict, rows: list[dict]) -> list[str]:
     """Each lever case (--suite mfu) against the default: its tokens/s ratio and how far its losses
     strayed from the default's, step by step (same seed and data: a lever must not change the loss)."""
-    # A group's own default case (same process) where it has one, else the main group's.
-    defaults = {r["group"]: r for r in rows if r["name"] == default["name"] and r.get("tokens_per_s_per_gpu")}
+    # A group's own baseline (same process): its first trainer case without levers; the main group's default for
+    # a group of process settings (its one case is the lever) or of another recipe.
+    defaults: dict[str, dict] = {}
+    for r in rows:
+        if (r["recipe"] == "trainer" and not r.get("levers") and r.get("tokens_per_s_per_gpu")
+                and r["group"] not in MFU_ENV_GROUPS):
+            defaults.setdefault(r["group"], r)
     out = []
     for r in rows:
         base = defaults.get(r["group"], default)

@@ -70,9 +70,9 @@ def time_training(cfg: TrainConfig, device, batches, warmup: int, steps: int) ->
         for i in range(warmup + steps):
             torch.cuda.synchronize(device)
             started = time.perf_counter()
-            loss, _ = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, cfg.lr, device,
-                                 keep_weights_gathered=not cfg.reshard_after_forward)
-            float(loss)
+            train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, cfg.lr, device,
+                       keep_weights_gathered=not cfg.reshard_after_forward)
+            torch.cuda.synchronize(device)
             if i >= warmup:
                 times.append(time.perf_counter() - started)
         step_s = statistics.median(times)
@@ -131,7 +131,8 @@ def checkpoint(device, steps: int, folder: str, modes: tuple[str, ...] = ("sync"
     def step() -> float:
         torch.cuda.synchronize(device)
         started = time.perf_counter()
-        float(train_step(model, optimizer, batches, 1, 1.0, cfg.lr, device, keep_weights_gathered=True)[0])
+        train_step(model, optimizer, batches, 1, 1.0, cfg.lr, device, keep_weights_gathered=True)
+        torch.cuda.synchronize(device)
         return time.perf_counter() - started
 
     for _ in range(3):

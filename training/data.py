@@ -286,8 +286,22 @@ BLOCK_COUNTS = ("real_tokens", "truncated", "unlearned")
 
 
 def model_inputs(batch: dict) -> dict:
-    """A batch without its counts: what the model's forward takes."""
-    return {k: v for k, v in batch.items() if k not in BLOCK_COUNTS}
+    """A batch without its counts: what the model's forward takes. Positions that run 0, 1, 2, ... along every
+    row (no document starts inside a block) are left out: the model then runs plain causal attention, with no
+    mask to build, and SDPA keeps its fastest kernel."""
+    inputs = {k: v for k, v in batch.items() if k not in BLOCK_COUNTS}
+    if "position_ids" in inputs and _plain_positions(inputs["position_ids"]):
+        del inputs["position_ids"]
+    return inputs
+
+
+def _plain_positions(positions) -> bool:
+    """Whether every row is 0, 1, 2, ...; decided on the host only (reading a GPU tensor would be a sync)."""
+    if isinstance(positions, torch.Tensor):
+        if positions.device.type != "cpu":
+            return False
+        positions = positions.numpy()
+    return bool((positions == np.arange(positions.shape[-1])).all())
 
 
 def pack(documents: list[tuple[list[int], list[bool], bool]], seq_len: int, pad_id: int) -> dict[str, np.ndarray]:
@@ -556,6 +570,12 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
     )
 
 
+# In a Ray Train worker, iter_torch_batches puts batches on the worker's GPU by default (device "auto",
+# ray/data/iterator.py). The trainer counts their tokens and targets on the host (train_step, DataCounts): read
+# from the GPU, each count would wait for the previous step's queued work. On the host they cost no sync.
+HOST_BATCHES = {"device": "cpu"}
+
+
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:
     """The seed of a worker's block order in one epoch: every epoch and worker its own, each reproducible."""
     digest = hashlib.blake2b(f"{seed}/{epoch}/{rank}".encode(), digest_size=4).digest()
@@ -568,13 +588,15 @@ def dataset_batches(shard, micro_batch: int, position: int = 0, shuffle_seed: in
 
     With shuffle_seed, each epoch reorders the blocks within windows of SHUFFLE_WINDOW_BLOCKS, seeded by
     (seed, epoch, rank): a new order every epoch, the same one when a resumed run replays it.
+    The batches stay on the host (HOST_BATCHES), pinned where there is a GPU to copy them to without waiting.
     """
     consumed, epoch = 0, 0
     while True:
         produced = False
         shuffle = {} if shuffle_seed is None else {"local_shuffle_buffer_size": SHUFFLE_WINDOW_BLOCKS,
                                                    "local_shuffle_seed": epoch_seed(shuffle_seed, epoch, rank)}
-        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True, **shuffle):
+        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True, **HOST_BATCHES,
+                                              pin_memory=torch.cuda.is_available(), **shuffle):
             produced = True
             if consumed < position:
                 consumed += 1
@@ -591,7 +613,8 @@ def dataset_pass(shard, micro_batch: int, limit: int) -> list[dict[str, torch.Te
     every block counted once (validation)."""
     import itertools
 
-    return list(itertools.islice(shard.iter_torch_batches(batch_size=micro_batch, drop_last=False), limit))
+    return list(itertools.islice(shard.iter_torch_batches(batch_size=micro_batch, drop_last=False, **HOST_BATCHES),
+                                 limit))
 
 
 def empty_batch(seq_len: int) -> dict[str, torch.Tensor]:

@@ -10,7 +10,8 @@ kernel is put in one of three classes:
   the loss, the optimizer's elementwise update, copies): their time scales with memory bandwidth;
 - communication: NCCL kernels (none at one GPU, counted so that a stray one is seen).
 
-The step's wall time less the kernels' busy time is idle (launch gaps, host work). The shares of the
+The step's wall time less the kernels' busy time is idle (launch gaps, host work); the profile says where:
+before the first kernel, after the last, and the longest gaps between kernels with what the host was doing. The shares of the
 wall time are what training/plan.py's two-roofline compute model scales to other GPUs. The run also
 measures the two ceilings of this GPU: a large bf16 matmul and a device-to-device copy.
 """
@@ -71,27 +72,78 @@ SHAPES = (
 )
 
 
-def split_trace(events: list[dict]) -> dict:
-    """Kernel time per class from a Chrome trace's events (durations in microseconds), the busy time
-    (the union of all kernel intervals, so overlapping streams count once) and the top kernels."""
+# Host-side spans (FSDP2's hooks, compiled regions, record_function labels, aten ops) that say what the host
+# was doing while the GPU had nothing to run.
+_HOST = ("cpu_op", "user_annotation", "python_function")
+STEP_LABEL = "training step"
+
+
+def split_trace(events: list[dict], gaps: int = 12) -> dict:
+    """Kernel time per class from a Chrome trace's events (times in microseconds), the busy time (the union
+    of all kernel intervals, so overlapping streams count once), the top kernels, and where the GPU idled.
+
+    Steps traced back to back, each in a STEP_LABEL span: the last step's kernels alone (those its host span
+    launched, by correlation id), and the GPU's idle time between the previous step's last kernel and its
+    first. One step: every kernel, and the idle time from the span's start to the first kernel and from the
+    last kernel to the span's end. Then the longest gaps between kernels, each with its neighbours, the host
+    spans around it and the host code that launched the kernel it waited for; and copies_to_host: each copy
+    to the host and the host code that asked for it (a sync when that code is .item(), bool(), .cpu(); not
+    the step's own read, training.step.on_host, which waits for its copy alone)."""
+    host = [(float(e["ts"]) / 1e6, (float(e["ts"]) + float(e["dur"])) / 1e6, e["name"]) for e in events
+            if e.get("ph") == "X" and e.get("cat") in _HOST]
+    launches = {e["args"]["correlation"]: float(e["ts"]) / 1e6 for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    kernels = sorted((float(e["ts"]) / 1e6, (float(e["ts"]) + float(e["dur"])) / 1e6, e["name"],
+                      e.get("args", {}).get("correlation"))
+                     for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    steps = sorted((a, b) for a, b, name in host if name == STEP_LABEL)
+    result: dict = {}
+    if len(steps) > 1:
+        last_step = steps[-1][0]
+        earlier = [k for k in kernels if launches.get(k[3], last_step) < last_step]
+        kernels = [k for k in kernels if launches.get(k[3], last_step) >= last_step]
+        if earlier and kernels:
+            result["idle_before_first_kernel_s"] = max(0.0, kernels[0][0] - max(k[1] for k in earlier))
     per_class = {c: 0.0 for c in CLASSES}
     per_kernel: dict[str, float] = {}
-    intervals = []
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
-            continue
-        duration = float(e["dur"]) / 1e6
-        per_class[kernel_class(e["name"])] += duration
-        per_kernel[e["name"]] = per_kernel.get(e["name"], 0.0) + duration
-        intervals.append((float(e["ts"]) / 1e6, float(e["ts"]) / 1e6 + duration))
-    busy, end = 0.0, float("-inf")
-    for start, stop in sorted(intervals):
+    busy, end, last = 0.0, float("-inf"), ""
+    idle = []
+    for start, stop, name, correlation in kernels:
+        per_class[kernel_class(name)] += stop - start
+        per_kernel[name] = per_kernel.get(name, 0.0) + stop - start
+        if start > end > float("-inf"):
+            idle.append((start - end, end, last, name, correlation))
         if stop > end:
             busy += stop - max(start, end)
-            end = stop
+            end, last = stop, name
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:25]
-    return {"kernel_s": per_class, "busy_s": busy, "kernels": len(intervals),
-            "top": [{"name": name[:160], "class": kernel_class(name), "s": s} for name, s in top]}
+    result |= {"kernel_s": per_class, "busy_s": busy, "kernels": len(kernels),
+               "top": [{"name": name[:160], "class": kernel_class(name), "s": s} for name, s in top]}
+    if not kernels:
+        return result
+    first = kernels[0][0]
+    if len(steps) == 1:
+        result["idle_before_first_kernel_s"] = max(0.0, first - steps[0][0])
+        result["idle_after_last_kernel_s"] = max(0.0, steps[0][1] - end)
+    result["idle_between_kernels_s"] = sum(g[0] for g in idle)
+
+    def launched_by(correlation) -> list[str]:
+        return _host_spans(host, launches[correlation], launches[correlation]) if correlation in launches else []
+
+    result["gaps"] = [{"s": length, "at_s": at - first, "after": before[:100], "before": after[:100],
+                       "host": _host_spans(host, at, at + length), "waited_for_launch_by": launched_by(correlation)}
+                      for length, at, before, after, correlation in sorted(idle, reverse=True)[:gaps]]
+    result["copies_to_host"] = [{"at_s": start - first, "launched_by": launched_by(correlation)}
+                            for start, _, name, correlation in kernels if "DtoH" in name]
+    return result
+
+
+def _host_spans(host: list[tuple[float, float, str]], start: float, stop: float, most: int = 6) -> list[str]:
+    """The innermost host spans that cover most of [start, stop] (or the instant start == stop): what the host
+    was doing then, innermost first."""
+    covering = [(b - a, name) for a, b, name in host
+                if min(b, stop) - max(a, start) >= 0.5 * (stop - start) and name != STEP_LABEL]
+    return [name[:100] for _, name in sorted(covering)[:most]]
 
 
 def shares(split: dict, wall_s: float) -> dict:
@@ -127,9 +179,10 @@ def copy_bandwidth_gbps(device, gib: float = 2.0, repeats: int = 20) -> float:
     return 2 * n * 2 / statistics.median(times) / 1e9
 
 
-def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int, trace_dir: Path) -> dict:
+def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int, trace_dir: Path,
+                  stack: bool = False) -> dict:
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from training.bench import _meta_model, _trainer_step
     from training.metrics import model_flops_per_token
@@ -145,21 +198,23 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     for i in range(warmup):
         step(i)
     sync()
-    walls = []
-    for i in range(warmup, warmup + steps):
-        t0 = time.perf_counter()
+    begin = time.perf_counter()
+    for i in range(warmup, warmup + steps):  # back to back, as training runs them (training.bench.time_steps)
         step(i)
-        sync()
-        walls.append(time.perf_counter() - t0)
+    sync()
+    wall = (time.perf_counter() - begin) / steps
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        step(warmup + steps)
+    # Two steps, the second analysed: its start overlaps the first's update, as in training. stack: Python frames
+    # as host spans, so that a gap or a sync names the code behind it (the host then runs slower, idling the GPU).
+    with profile(activities=activities, with_stack=stack) as prof:
+        for i in range(2):
+            with record_function(STEP_LABEL):
+                step(warmup + steps + i)
         sync()
     trace = trace_dir / f"{''.join(c if c.isalnum() else '-' for c in shape.name)}.json"
     prof.export_chrome_trace(str(trace))
     split = split_trace(json.loads(trace.read_text())["traceEvents"])
     trace.unlink()  # tens of MB; the split keeps what matters
-    wall = statistics.median(walls)
     tokens = cfg.tokens_per_step_per_worker
     result = {"name": shape.name, "settings": {k: getattr(cfg, k) for k in (
                   "seq_len", "micro_batch", "grad_accum", "activation_checkpointing", "compile", "reshard_after_forward")},
@@ -179,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=None, help=f"comma-separated indexes into the shapes (0..{len(SHAPES) - 1})")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per shape (compilation happens here)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per shape")
+    parser.add_argument("--stack", action="store_true",
+                        help="record Python frames, to name the code behind each gap and sync (slows the host)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     unwritable = unwritable_folder(out)
@@ -209,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     path = out / "kernel-profile.json"
     for shape in chosen:
         try:
-            row = profile_shape(shape, args.model, device, args.warmup, args.steps, out)
+            row = profile_shape(shape, args.model, device, args.warmup, args.steps, out, args.stack)
         except Exception as error:  # one failing shape must not cost the others
             row = {"name": shape.name, "error": f"{type(error).__name__}: {str(error)[:300]}"}
         result["shapes"].append(row)
@@ -229,10 +286,22 @@ def _free_port() -> int:
 def format_row(row: dict) -> str:
     if "error" in row:
         return f"{row['name']}: {row['error']}"
-    s, k = row["shares"], row["split"]["kernel_s"]
-    return (f"{row['name']}: {row['step_s']:.3f} s/step, {row['tokens_per_step'] / row['step_s']:,.0f} tok/s; "
+    s, split = row["shares"], row["split"]
+    k = split["kernel_s"]
+    line = (f"{row['name']}: {row['step_s']:.3f} s/step, {row['tokens_per_step'] / row['step_s']:,.0f} tok/s; "
             f"matmul {s['matmul']:.1%} ({k['matmul']:.3f} s), memory {s['memory']:.1%} ({k['memory']:.3f} s), "
-            f"communication {s['communication']:.1%}, idle {s['idle']:.1%}; {row['split']['kernels']} kernels")
+            f"communication {s['communication']:.1%}, idle {s['idle']:.1%}; {split['kernels']} kernels")
+    idle = [f"{split[key] * 1e3:.1f} ms {where}" for key, where in (
+        ("idle_before_first_kernel_s", "before the first kernel"), ("idle_between_kernels_s", "between kernels"),
+        ("idle_after_last_kernel_s", "after the last")) if key in split]
+    if idle:
+        line += f"\n  idle (profiled step): {', '.join(idle)}"
+    for gap in split.get("gaps", [])[:5]:
+        line += (f"\n  gap {gap['s'] * 1e3:.2f} ms at {gap['at_s'] * 1e3:.1f} ms: {gap['after'][:40]} -> {gap['before'][:40]}"
+                 f"; host: {', '.join(gap['host'][:2]) or '-'}; launched by: {', '.join(gap['waited_for_launch_by'][:3]) or '-'}")
+    for copy in split.get("copies_to_host", []):
+        line += f"\n  copy to the host at {copy['at_s'] * 1e3:.1f} ms, asked by: {', '.join(copy['launched_by'][:4]) or '-'}"
+    return line
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def _duration(seconds: float) -> str:
 
 
 class Throughput:
-    """Wall time between logged steps, so that unlogged steps need no host sync.
+    """Wall time between logged steps, on the host: each step returns once its own numbers are read
+    (training.step.train_step), so steps run back to back at the GPU's pace.
 
     start_step: the step the run starts from (a resumed run's restored step), so that the first
     measurement divides by the steps this process ran, not by all steps since step 0.
@@ -139,8 +140,8 @@ class Throughput:
 
     def stats(self, step: int, steps: int, loss: float, lr: float, grad_norm: float, peak_mem: float,
               real_tokens_per_gpu: float | None = None) -> StepStats:
-        """Call after a host sync (reading the loss is one). real_tokens_per_gpu: the tokens that were
-        not padding since the last call, per GPU; tokens/s and MFU count those (all tokens when None)."""
+        """Call after a step returned. real_tokens_per_gpu: the tokens that were not padding since the last
+        call, per GPU; tokens/s and MFU count those (all tokens when None)."""
         now = time.perf_counter()
         elapsed = max(now - self.last_time, 1e-9)
         steps_done = max(step - self.last_step, 1)
@@ -158,12 +159,14 @@ class Throughput:
 
 class DataCounts:
     """What the training data really held, counted as micro-batches are drawn: tokens, tokens that
-    were not padding, truncated chats, documents and blocks with nothing to learn. `take()` sums the
-    counts since its last call over every worker (a collective: every rank calls it at log steps)."""
+    were not padding, truncated chats, documents and blocks with nothing to learn. This worker's counts
+    are drained into each step (train_step's count), which sums them over the workers in its own
+    collective and hands them back (add); take() returns the sums since its last call, with no collective."""
 
     FIELDS = ("tokens", "real_tokens", "truncated", "unlearned", "empty_blocks")
 
     def __init__(self) -> None:
+        self.local = dict.fromkeys(self.FIELDS, 0)
         self.since = dict.fromkeys(self.FIELDS, 0)
         self.total = dict.fromkeys(self.FIELDS, 0)
 
@@ -174,22 +177,26 @@ class DataCounts:
         for batch in batches:
             labels = batch["labels"]
             tokens = labels.numel()
-            self.since["tokens"] += tokens
-            self.since["real_tokens"] += int(batch["real_tokens"].sum()) if "real_tokens" in batch else tokens
-            self.since["truncated"] += int(batch["truncated"].sum()) if "truncated" in batch else 0
-            self.since["unlearned"] += int(batch["unlearned"].sum()) if "unlearned" in batch else 0
-            self.since["empty_blocks"] += int(((labels != IGNORE_INDEX).sum(dim=1) == 0).sum())
+            self.local["tokens"] += tokens
+            self.local["real_tokens"] += int(batch["real_tokens"].sum()) if "real_tokens" in batch else tokens
+            self.local["truncated"] += int(batch["truncated"].sum()) if "truncated" in batch else 0
+            self.local["unlearned"] += int(batch["unlearned"].sum()) if "unlearned" in batch else 0
+            self.local["empty_blocks"] += int(((labels != IGNORE_INDEX).sum(dim=1) == 0).sum())
             yield batch
 
-    def take(self, device: torch.device) -> dict[str, int]:
-        """The counts since the last take, summed over workers; added to `total`."""
-        import torch.distributed as dist
+    def drain(self) -> list[int]:
+        """This worker's counts since the last drain, in FIELDS order (for train_step to sum over workers)."""
+        drained = [self.local[k] for k in self.FIELDS]
+        self.local = dict.fromkeys(self.FIELDS, 0)
+        return drained
 
-        counts = torch.tensor([self.since[k] for k in self.FIELDS], dtype=torch.float64, device=device)
-        if dist.is_initialized():
-            dist.all_reduce(counts)
-        taken = {k: int(v) for k, v in zip(self.FIELDS, counts.tolist())}
-        self.since = dict.fromkeys(self.FIELDS, 0)
-        for k, v in taken.items():
-            self.total[k] += v
+    def add(self, sums) -> None:
+        """Counts summed over every worker (a step's StepResult.sums)."""
+        for k, v in zip(self.FIELDS, sums, strict=True):
+            self.since[k] += int(v)
+            self.total[k] += int(v)
+
+    def take(self) -> dict[str, int]:
+        """The summed counts added since the last take."""
+        taken, self.since = self.since, dict.fromkeys(self.FIELDS, 0)
         return taken

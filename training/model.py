@@ -86,13 +86,40 @@ class CausalLMWithLoss(nn.Module):
                 scale: torch.Tensor | float = 1.0) -> torch.Tensor:
         """scale x the next-token loss summed over the valid targets (labels other than IGNORE_INDEX).
 
-        position_ids that restart at 0 mark the documents packed into a block: transformers then
-        builds a causal mask that keeps each document to itself (none: plain causal attention).
+        position_ids that restart at 0 mark the documents packed into a block: each attends only to
+        itself (none: plain causal attention).
         """
-        # No cache: with one, transformers would not read documents from the positions.
-        hidden = self.lm.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+        if getattr(self.lm.config, "layer_types", None) is None:  # a model whose forward takes no prepared masks
+            hidden = self.lm.model(input_ids=input_ids, position_ids=position_ids, use_cache=False).last_hidden_state
+        else:
+            embeds = self.lm.model.embed_tokens(input_ids)
+            masks = attention_masks(self.lm.config, embeds, position_ids)
+            hidden = self.lm.model(inputs_embeds=embeds, attention_mask=masks, position_ids=position_ids,
+                                   use_cache=False).last_hidden_state
         hidden = hidden.reshape(-1, hidden.shape[-1])
         return linear_cross_entropy(hidden, self.lm.lm_head.weight, labels.reshape(-1), self.loss_chunk_tokens, scale)
+
+
+def attention_masks(config, embeds: torch.Tensor, position_ids: torch.Tensor | None) -> dict:
+    """transformers' attention mask for each kind of layer, built here so that its packed-sequence check is
+    skipped: that check (masking_utils.find_packed_sequence_indices) reads the positions back to the host, so
+    every forward would wait for the GPU to finish all its queued work, once a micro-batch. Without positions:
+    plain causal attention. With them: a position that does not follow its left neighbour starts a document
+    (transformers' rule), and a token attends only to the earlier tokens of its own document. Models whose
+    config lists layer_types (Qwen2 and the like) take such a mapping; others build their own masks."""
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+
+    same_document = None
+    if position_ids is not None:
+        positions = position_ids.expand(embeds.shape[0], -1)
+        document = (torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+
+        def same_document(batch, head, q, kv):
+            return document[batch, q] == document[batch, kv]
+
+    makers = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
+    return {kind: makers[kind](config=config, inputs_embeds=embeds, attention_mask=None, past_key_values=None,
+                               and_mask_function=same_document) for kind in set(config.layer_types)}
 
 
 def lora_config(cfg: TrainConfig, config=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
@@ -32,43 +32,55 @@ class NonFiniteStep(FloatingPointError):
         self.loss, self.grad_norm = loss, grad_norm
 
 
-def step_loss_scale(micro_batches: list[dict[str, torch.Tensor]], device: torch.device) -> torch.Tensor:
-    """world size / (valid targets of the whole step, on every rank), as a device tensor.
+class StepResult(NamedTuple):
+    """What a step reports, on the host: read before the update runs, so the GPU is not idle while it is read."""
 
-    Each rank's summed loss times this, averaged over ranks by FSDP's gradient reduction, is the
+    loss: float  # the step's mean loss over the valid targets of every worker
+    grad_norm: float  # the global gradient norm, before clipping
+    sums: tuple[float, ...] = ()  # the caller's per-step numbers (train_step's count), summed over every worker
+
+
+def step_loss_scale(micro_batches: list[dict[str, torch.Tensor]], device: torch.device,
+                    also: Sequence[float] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """(world size / valid targets of the whole step on every rank, `also` summed over the ranks), as device
+    tensors, from one collective.
+
+    Each rank's summed loss times the first, averaged over ranks by FSDP's gradient reduction, is the
     step's mean over its valid targets: every token counts the same, however the prompt masks and
-    padding are spread over micro-batches and ranks. No host sync: the count stays on the device.
+    padding are spread over micro-batches and ranks. No host sync: the numbers stay on the device.
     """
     from training.loss import IGNORE_INDEX
 
-    valid = sum((mb["labels"] != IGNORE_INDEX).sum() for mb in micro_batches).to(device, torch.float32)
+    valid = sum(int((mb["labels"] != IGNORE_INDEX).sum()) for mb in micro_batches)  # host tensors: no sync
+    numbers = torch.tensor([valid, *also], dtype=torch.float64).to(device, non_blocking=True)
     world = 1
     if dist.is_initialized():
-        dist.all_reduce(valid)
+        dist.all_reduce(numbers)
         world = dist.get_world_size()
-    return world / valid.clamp(min=1)
+    return (world / numbers[0].clamp(min=1)).float(), numbers[1:]
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[dict[str, torch.Tensor]],
                grad_accum: int, grad_clip: float, lr: float, device: torch.device,
-               keep_weights_gathered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """One optimizer step over grad_accum micro-batches; returns (this rank's share of the step's
-    mean loss, the global grad norm) as device tensors: the mean over ranks of the first is the
-    step's loss.
+               keep_weights_gathered: bool = False, count: Callable[[], Sequence[float]] | None = None) -> StepResult:
+    """One optimizer step over grad_accum micro-batches.
 
     keep_weights_gathered (with reshard_after_forward off): the layers' weights stay gathered
     from the first micro-batch's forward to the last one's backward, so a step all-gathers each
     layer once instead of twice per micro-batch; what a slow inter-node network needs.
-    One host sync per step: the loss and the gradient norm must be finite, or NonFiniteStep is raised
-    with the weights and the optimizer state as they were (a NaN step would otherwise poison every later
-    step and checkpoint). A fused optimizer is launched before that sync, told on the device to skip its
-    update when they are not (found_inf), so the GPU runs it straight after the backward instead of
-    idling while the host checks and then launches it.
+    count: called once the step's micro-batches are drawn; its numbers (this rank's data counts) come back
+    in StepResult.sums, summed over the workers with the step's own numbers.
+    One host sync per step, and it waits for no more than the step's loss and gradient norm: they must be
+    finite, or NonFiniteStep is raised with the weights and the optimizer state as they were (a NaN step
+    would otherwise poison every later step and checkpoint). A fused optimizer is launched before that sync,
+    told on the device to skip its update when they are not (found_inf): the GPU runs the update while the
+    host reads the numbers and draws and launches the next step, and no forward reads anything back
+    (training.model.attention_masks), so the GPU always has queued work.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
     micro_batches = [next(batches) for _ in range(grad_accum)]
-    scale = step_loss_scale(micro_batches, device)
+    scale, sums = step_loss_scale(micro_batches, device, count() if count else ())
     loss_sum = torch.zeros((), device=device)
     for micro, batch in enumerate(micro_batches):
         last = micro == grad_accum - 1
@@ -81,22 +93,43 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
         loss_sum += loss.detach()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip if grad_clip > 0 else float("inf"))
     total_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-    finite = torch.isfinite(total_norm) & torch.isfinite(loss_sum)
-    if dist.is_initialized() and dist.get_world_size() > 1:  # every rank skips, or none: one rank's loss may be
-        not_finite = (~finite).float()                      # infinite while the global gradient norm is finite
-        dist.all_reduce(not_finite, op=dist.ReduceOp.MAX)
-        finite = not_finite == 0
+    # [the step's loss summed over workers, workers whose loss or norm is not finite]: every rank skips, or none
+    # (one rank's loss may be infinite while the global gradient norm is finite).
+    shared = torch.stack([loss_sum, (~(torch.isfinite(total_norm) & torch.isfinite(loss_sum))).float()])
+    world = 1
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(shared)
+        world = dist.get_world_size()
+    skip = shared[1] > 0
+    numbers = on_host(torch.cat([shared.double(), torch.stack([total_norm, loss_sum]).double(), sums]))
     launched = skips_on_device(optimizer)
     if launched:
-        with found_inf(optimizer, ~finite):
+        with found_inf(optimizer, skip):
             optimizer.step()
-    ok = bool(finite)  # the step's host sync
-    if ok and not launched:
+    summed_loss, skipping, norm, own_loss, *summed = numbers()  # the step's host sync
+    if not skipping and not launched:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    if not ok:
-        raise NonFiniteStep(float(loss_sum), float(total_norm))
-    return loss_sum, total_norm
+    if skipping:
+        raise NonFiniteStep(own_loss, norm)
+    return StepResult(summed_loss / world, norm, tuple(summed))
+
+
+def on_host(values: torch.Tensor) -> Callable[[], list[float]]:
+    """Start copying `values` to the host; the returned call waits for that copy alone, not for the work
+    launched after it (a pinned buffer and an event; .tolist() would wait for the whole queue)."""
+    if values.device.type != "cuda":
+        return values.tolist
+    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+    host.copy_(values, non_blocking=True)
+    copied = torch.cuda.Event()
+    copied.record(torch.cuda.current_stream(values.device))
+
+    def wait() -> list[float]:
+        copied.synchronize()
+        return host.tolist()
+
+    return wait
 
 
 def skips_on_device(optimizer: torch.optim.Optimizer) -> bool:

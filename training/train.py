@@ -101,8 +101,8 @@ def train_func(config: dict) -> None:
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
             injected = maybe_inject_nan(cfg, step + 1, rank, model)
             try:
-                loss, grad_norm = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                             keep_weights_gathered=not cfg.reshard_after_forward)
+                result = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
+                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain)
             except NonFiniteStep as error:
                 # Stop here: no update was applied, and no checkpoint of this state is written.
                 raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
@@ -112,12 +112,12 @@ def train_func(config: dict) -> None:
                     injected.remove()
             step += 1
             position += cfg.grad_accum
+            counts.add(result.sums)
             checkpoints.poll()
             evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
             if step % cfg.log_every == 0 or step == cfg.steps or evaluating:
-                dist.all_reduce(loss)  # the mean over workers; also the host sync of this step
-                data = counts.take(device)
-                last = throughput.stats(step, cfg.steps, loss.item() / world, lr, float(grad_norm), peak_memory_gib(device),
+                data = counts.take()
+                last = throughput.stats(step, cfg.steps, result.loss, lr, result.grad_norm, peak_memory_gib(device),
                                         real_tokens_per_gpu=data["real_tokens"] / world)
                 if cfg.data not in SYNTHETIC_DATA:
                     last.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
