@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from training import bench
 from training.config import GPU_PROFILES, ConfigError, parse_args
@@ -248,11 +249,34 @@ def test_a_lever_is_compared_with_the_default_of_its_own_group():
             {"name": "l4", "group": "l4-step", "recipe": "trainer", "levers": [], "settings": {"micro_batch": 1},
              "tokens_per_s_per_gpu": 10_000, "losses": [12.0, 11.0]},
             {"name": "l4 slow", "group": "l4-step", "recipe": "trainer", "levers": ["z"], "settings": {"micro_batch": 1},
-             "tokens_per_s_per_gpu": 9_000, "losses": [12.0, 11.0]}]
+             "tokens_per_s_per_gpu": 9_000, "losses": [12.0, 11.0]},
+            # A later case of the main group without levers (another setting) is no baseline; nor is a process setting's
+            # one case, compared with the main default.
+            {"name": "bf16 wire", "group": "main", "recipe": "trainer", "levers": [], "settings": {"micro_batch": 8, "w": 1},
+             "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]},
+            {"name": "8 ctas", "group": "nccl-max-8-ctas", "recipe": "trainer", "levers": [], "settings": settings,
+             "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]}]
     assert bench.lever_lines(default, rows) == [
         "fast: 1.010x the default's tokens/s (main group), largest loss gap 0.0020, attention n/a",
         "slow: 0.750x the default's tokens/s (tried group), largest loss gap 0.0000, attention n/a",
-        "l4 slow: 0.900x the default's tokens/s (l4-step group), largest loss gap 0.0000, attention n/a"]
+        "l4 slow: 0.900x the default's tokens/s (l4-step group), largest loss gap 0.0000, attention n/a",
+        "bf16 wire: 0.900x the default's tokens/s (main group), largest loss gap 0.0000, attention n/a",
+        "8 ctas: 0.900x the default's tokens/s (main group), largest loss gap 0.0000, attention n/a"]
+
+
+def test_steps_are_timed_back_to_back_each_from_the_previous_ones_return(monkeypatch):
+    """A step that takes 20 ms on the host and returns 5, 4, 3, 2: one warm-up and three timed steps of 20 ms each
+    (not growing), losses in order, the final one the last step's."""
+    import torch.distributed
+
+    clock = iter([0.0, 0.5, 1.0, 1.02, 1.04, 1.06, 1.06])  # warm-up start, end; the timed start, 3 returns, end
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(torch.distributed, "barrier", lambda: None)
+    losses = iter([5.0, 4.0, 3.0, 2.0])
+    timed = bench.time_steps(lambda i: next(losses), warmup=1, steps=3, device=torch.device("cpu"))
+    assert timed["losses"] == [5.0, 4.0, 3.0, 2.0] and timed["final_loss"] == 2.0 and timed["first_loss"] == 5.0
+    assert timed["step_time_s"] == pytest.approx(0.02)
+    assert timed["step_time_min_s"] == pytest.approx(0.02) and timed["step_time_max_s"] == pytest.approx(0.02)
 
 
 # ------------------------------------------------------------------ the emulated link: model against measurement

@@ -217,6 +217,66 @@ def test_the_trainers_forward_never_reads_the_positions_back_to_the_host(model_f
             model.lm.model(input_ids=block["input_ids"], position_ids=block["position_ids"], use_cache=False)
 
 
+def _hidden_with_trainers_masks(lm, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """The last hidden states under the masks the trainer builds (training.model.attention_masks)."""
+    from training.model import attention_masks
+
+    embeds = lm.model.embed_tokens(input_ids)
+    masks = attention_masks(lm.config, embeds, position_ids)
+    return lm.model(inputs_embeds=embeds, attention_mask=masks, position_ids=position_ids, use_cache=False).last_hidden_state
+
+
+def _alone(lm, ids: list[int]) -> torch.Tensor:
+    return lm.model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state[0]
+
+
+def test_each_row_of_a_micro_batch_keeps_its_own_documents_apart(model_folder):
+    """Two rows packed differently (6 + 6 tokens, and 8 + 4): every document's hidden states are the ones it has
+    alone, row by row."""
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(model_folder).eval()
+    docs = [[list(range(10, 16)), list(range(30, 36))], [list(range(50, 58)), list(range(70, 74))]]
+    ids = torch.tensor([sum(row, []) for row in docs])
+    positions = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3]])
+    with torch.no_grad():
+        hidden = _hidden_with_trainers_masks(lm, ids, positions)
+        for row, (first, second) in enumerate(docs):
+            torch.testing.assert_close(hidden[row, :len(first)], _alone(lm, first), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(hidden[row, len(first):], _alone(lm, second), rtol=1e-5, atol=1e-5)
+
+
+def test_a_one_token_document_is_a_document_of_its_own(model_folder):
+    """A document of one token ahead of another: positions 0, 0, 1, 2, ... The second 0 does not follow its
+    neighbour, so it starts a document; the second document must not see the first's token."""
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(model_folder).eval()
+    with torch.no_grad():
+        hidden = _hidden_with_trainers_masks(lm, torch.tensor([[7, 11, 12, 13, 14]]), torch.tensor([[0, 0, 1, 2, 3]]))
+        alone = _alone(lm, [11, 12, 13, 14])
+        leaking = lm.model(input_ids=torch.tensor([[7, 11, 12, 13, 14]]), use_cache=False).last_hidden_state[0, 1:]
+    torch.testing.assert_close(hidden[0, 1:], alone, rtol=1e-5, atol=1e-5)
+    assert (leaking - alone).abs().max() > 1e-3  # the token it must not see does change them
+
+
+def test_the_benchmarks_transformers_masks_lever_runs_transformers_own_check(model_folder):
+    """The lever that times the masks as they were must be what they were: transformers' check of the positions,
+    once a forward, and documents still apart."""
+    from transformers import AutoModelForCausalLM
+    from transformers import masking_utils
+
+    from training.bench import LEVERS
+    from training.model import CausalLMWithLoss
+
+    model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)
+    with LEVERS["transformers-masks"](), mock.patch.object(
+            masking_utils, "find_packed_sequence_indices", wraps=masking_utils.find_packed_sequence_indices) as check:
+        packed, separate, _ = _two_documents_packed_and_apart(model)
+    torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)
+    assert check.call_count == 4  # the packed block, the two documents alone, the block without positions
+
+
 def test_positions_that_start_no_document_are_left_out_of_the_models_inputs():
     """A block that one document fills runs 0..n-1: plain causal attention needs no positions (and no mask to build);
     a block of two documents keeps them, as does one whose padding starts its own positions."""
@@ -227,6 +287,8 @@ def test_positions_that_start_no_document_are_left_out_of_the_models_inputs():
     assert "position_ids" not in model_inputs({k: torch.from_numpy(v) for k, v in full.items()})
     assert model_inputs(two)["position_ids"].tolist() == [[0, 1, 0, 1]]
     assert model_inputs(padded)["position_ids"].tolist() == [[0, 1, 2, 0]]
+    rows = {k: np.concatenate([full[k], two[k]]) for k in full}  # the first row plain, the second packed
+    assert model_inputs(rows)["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 0, 1]]
 
 
 def test_a_model_that_builds_its_own_masks_still_keeps_packed_documents_apart():

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from tests.conftest import DATA, local_ray
 from training.config import TrainConfig
-from training.data import DataFormat, dataset_batches, packed_dataset
+from training.data import DataFormat, dataset_batches, dataset_pass, packed_dataset
 from training.tiny_model import save_tiny_model
 
 
@@ -94,6 +94,7 @@ def test_batches_stay_on_the_host_inside_a_train_worker(shard, monkeypatch):
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("meta"))
     assert next(iter(shard.iter_torch_batches(batch_size=1)))["id"].device.type == "meta"  # the default, to undo
     assert next(dataset_batches(shard, micro_batch=1))["id"].device.type == "cpu"
+    assert dataset_pass(shard, micro_batch=1, limit=1)[0]["id"].device.type == "cpu"  # validation's
 
 
 def test_each_epoch_has_its_own_order_of_every_block(shard):

@@ -79,24 +79,50 @@ def test_a_gap_and_a_copy_to_the_host_name_the_host_code_that_launched_them():
                                     "launched_by": ["aten::item", "data.py(7): count", "Torch-Compiled Region"]}]
 
 
+# Two steps traced back to back: the first's host span 0-290 us, the second's 300-500 us.
+TWO_STEP_SPANS = [{"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 0, "dur": 290},
+                  {"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 300, "dur": 200}]
+
+
+def _launched(name: str, correlation: int, at: float, start: float, duration: float) -> list[dict]:
+    """A kernel and the runtime call that launched it at `at`, tied by their correlation id."""
+    return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 1,
+             "args": {"correlation": correlation}},
+            {**_kernel(name, start, duration), "args": {"correlation": correlation}}]
+
+
 def test_of_two_steps_back_to_back_the_second_is_split_with_the_idle_time_since_the_firsts_last_kernel():
     """Step 1's host span launches a 0-400 us GEMM (its update, still running when step 2's span opens at 300) and,
     queued behind it, a 400-440 us copy that starts after step 2's span opened; step 2's span launches kernels at
     450-500 and 520-600. Step 2 alone (kernels assigned by who launched them, not by when they ran): 130 us of
     kernels, GPU idle 10 us before its first (440 -> 450) and 20 us between its two."""
-    def launched(name, correlation, at, start, duration):
-        return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 1,
-                 "args": {"correlation": correlation}},
-                {**_kernel(name, start, duration), "args": {"correlation": correlation}}]
-
-    events = [{"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 0, "dur": 290},
-              {"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 300, "dur": 200},
-              *launched("adamw", 1, 10, 0, 400), *launched("copy", 4, 20, 400, 40),
-              *launched("gemm_a", 2, 310, 450, 50), *launched("norm_b", 3, 320, 520, 80)]
+    events = [*TWO_STEP_SPANS,
+              *_launched("adamw", 1, 10, 0, 400), *_launched("copy", 4, 20, 400, 40),
+              *_launched("gemm_a", 2, 310, 450, 50), *_launched("norm_b", 3, 320, 520, 80)]
     split = split_trace(events)
     assert split["kernels"] == 2 and split["busy_s"] == pytest.approx(130e-6)
     assert split["idle_before_first_kernel_s"] == pytest.approx(10e-6)
     assert split["idle_between_kernels_s"] == pytest.approx(20e-6) and "idle_after_last_kernel_s" not in split
+
+
+def test_the_idle_time_before_a_step_counts_from_the_previous_steps_last_kernel_to_end():
+    """The previous step's update runs 0-400 us and, on another stream, a kernel it launched later runs 100-150 us:
+    the GPU is idle from 400 us (the last to end, not the last to start) to the step's first kernel at 450 us."""
+    events = [*TWO_STEP_SPANS,
+              *_launched("adamw", 1, 10, 0, 400), *_launched("side", 2, 20, 100, 50),
+              *_launched("gemm_a", 3, 310, 450, 50)]
+    assert split_trace(events)["idle_before_first_kernel_s"] == pytest.approx(50e-6)
+
+
+def test_a_gap_is_placed_after_the_kernel_that_ended_last_and_only_copies_to_the_host_are_listed_as_such():
+    """A long kernel at 100-500 us with a short one inside it (200-250 us), the next kernel at 600 us: the 100 us gap
+    follows the long kernel. Copies device to device and host to device are no copies to the host."""
+    events = [_kernel("long", 100, 400), _kernel("short", 200, 50), _kernel("next", 600, 10),
+              _kernel("Memcpy DtoD (Device -> Device)", 700, 10, cat="gpu_memcpy"),
+              _kernel("Memcpy HtoD (Pinned -> Device)", 720, 10, cat="gpu_memcpy")]
+    split = split_trace(events)
+    assert [(round(g["s"] * 1e6), g["after"], g["before"]) for g in split["gaps"]][0] == (100, "long", "next")
+    assert split["copies_to_host"] == []
 
 
 def _step_with_gaps() -> list[dict]:

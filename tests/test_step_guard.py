@@ -118,12 +118,12 @@ def test_only_fused_optimizers_are_handed_found_inf():
     assert not skips_on_device(torch.optim.SGD([weight], lr=0.1))
 
 
-def _run_one_rank_infinite(rank: int, store: str, out: str) -> None:
+def _run_one_rank_infinite(rank: int, store: str, out: str, fused: bool) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     model = _Probe(offset=float("inf") if rank == 1 else 0.0)
     result = {}
     try:
-        _step(model)
+        _step(model, fused=fused)
     except NonFiniteStep as error:
         result["error"] = str(error)
     result["w"] = model.w.tolist()
@@ -131,11 +131,13 @@ def _run_one_rank_infinite(rank: int, store: str, out: str) -> None:
     leave()
 
 
-def test_an_infinite_loss_on_one_worker_stops_every_worker_before_the_update(tmp_path):
+@pytest.mark.parametrize("fused", [False, True], ids=["host-decided update", "fused update told on the device"])
+def test_an_infinite_loss_on_one_worker_stops_every_worker_before_the_update(tmp_path, fused):
     """Rank 1's loss alone is infinite; both gradients and the norm are finite. Were the flag each rank's own,
-    rank 0 would step and the replicas part ways."""
+    rank 0 would step and the replicas part ways: whether the host decides the update (plain SGD) or the
+    device does (fused SGD, launched before the host has read the flag)."""
     out = str(tmp_path / "one-rank")
-    mp.spawn(_run_one_rank_infinite, args=(str(tmp_path / "store-one-rank"), out), nprocs=2)
+    mp.spawn(_run_one_rank_infinite, args=(str(tmp_path / "store-one-rank"), out, fused), nprocs=2)
     first, second = torch.load(f"{out}.0"), torch.load(f"{out}.1")
     assert first["error"].endswith("another worker's loss is not finite") and second["error"].startswith("loss inf")
     assert first["w"] == second["w"] == [1.0, 2.0]
@@ -184,8 +186,8 @@ def _batches():
         yield {"input_ids": torch.tensor([[1, 1]]), "labels": torch.tensor([[5, 6]])}
 
 
-def _step(model, grad_accum: int = 1, grad_clip: float = 0.0, **kwargs):
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)  # train_step sets the step's own rate, 0.5
+def _step(model, grad_accum: int = 1, grad_clip: float = 0.0, fused: bool = False, **kwargs):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, fused=fused)  # train_step sets the step's own rate, 0.5
     return train_step(model, optimizer, _batches(), grad_accum=grad_accum, grad_clip=grad_clip, lr=0.5,
                       device=torch.device("cpu"), **kwargs)
 
@@ -215,28 +217,31 @@ def test_the_probe_steps_when_everything_is_finite():
     assert model.w.grad is None  # the gradient's memory is given back after the update
 
 
-def _weights_when_the_host_reads_the_step(monkeypatch, optimizer_kind) -> list:
+def _weights_when_the_step_is_copied_and_read(monkeypatch, fused: bool) -> dict:
     import training.step
 
-    model, seen = _Probe(), []
+    model, seen = _Probe(), {}
 
     def spying(values):
+        seen["copied"] = model.w.tolist()
         wait = on_host(values)
-        return lambda: seen.append(model.w.tolist()) or wait()
+        return lambda: seen.setdefault("read", model.w.tolist()) and wait()
 
     monkeypatch.setattr(training.step, "on_host", spying)
-    optimizer = optimizer_kind(model.parameters())
-    train_step(model, optimizer, _batches(), grad_accum=1, grad_clip=0.0, lr=0.5, device=torch.device("cpu"))
+    train_step(model, torch.optim.SGD(model.parameters(), lr=1.0, fused=fused), _batches(), grad_accum=1,
+               grad_clip=0.0, lr=0.5, device=torch.device("cpu"))
     return seen
 
 
-def test_a_fused_update_is_launched_before_the_host_reads_the_steps_numbers(monkeypatch):
-    """On the GPU the update then runs while the host reads the loss and starts the next step. On CPU every op
-    runs as it is launched, so the weights the host sees at its read say what was launched: already updated
-    (0.75, 1.75: the probe's step) with fused SGD; as they were with plain SGD, which waits for the host."""
-    fused = _weights_when_the_host_reads_the_step(monkeypatch, lambda p: torch.optim.SGD(p, lr=1.0, fused=True))
-    plain = _weights_when_the_host_reads_the_step(monkeypatch, lambda p: torch.optim.SGD(p, lr=1.0))
-    assert fused == [pytest.approx([0.75, 1.75])] and plain == [[1.0, 2.0]]
+def test_a_fused_update_is_launched_between_the_copy_of_the_steps_numbers_and_their_read(monkeypatch):
+    """On the GPU the update then runs while the host reads the loss and starts the next step, and the numbers
+    copied are the step's, not the update's. On CPU every op runs as it is launched, so the weights seen say
+    what was launched: as they were (1, 2) when the numbers are copied; already updated at the read (0.75, 1.75:
+    the probe's step) with fused SGD; still as they were with plain SGD, which waits for the host."""
+    fused = _weights_when_the_step_is_copied_and_read(monkeypatch, fused=True)
+    plain = _weights_when_the_step_is_copied_and_read(monkeypatch, fused=False)
+    assert fused == {"copied": [1.0, 2.0], "read": pytest.approx([0.75, 1.75])}
+    assert plain == {"copied": [1.0, 2.0], "read": [1.0, 2.0]}
 
 
 class _Recording(_Probe):
@@ -351,6 +356,10 @@ def test_validation_over_two_workers_is_the_mean_over_all_their_targets_and_padd
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
+def _half_a_second_of_gpu_work() -> None:
+    torch.cuda._sleep(int(0.5 * torch.cuda.get_device_properties(0).clock_rate * 1e3))  # clock_rate is in kHz
+
+
 @cuda
 def test_the_steps_read_waits_for_its_copy_not_for_work_queued_after_it():
     """Numbers copied, then 0.5 s of work queued behind them: the read returns them before that work is done."""
@@ -359,13 +368,30 @@ def test_the_steps_read_waits_for_its_copy_not_for_work_queued_after_it():
     values = torch.tensor([1.5, 0.0, 0.25], device="cuda", dtype=torch.float64)
     torch.cuda.synchronize()
     read = on_host(values * 2)
-    torch.cuda._sleep(int(0.5 * torch.cuda.get_device_properties(0).clock_rate * 1e3))  # ~0.5 s of GPU cycles
+    _half_a_second_of_gpu_work()
     started = time.perf_counter()
     numbers = read()
     waited = time.perf_counter() - started
     still_busy = not torch.cuda.current_stream().query()
     torch.cuda.synchronize()
     assert numbers == [3.0, 0.0, 0.5] and waited < 0.1 and still_busy
+
+
+@cuda
+def test_starting_the_copy_does_not_wait_for_the_work_queued_before_it():
+    """0.5 s of work queued, then the copy started: starting it returns at once (a copy to pageable memory would
+    wait for the queue there), and only the read waits for the work ahead of the copy."""
+    import time
+
+    values = torch.tensor([1.5, 0.0, 0.25], device="cuda", dtype=torch.float64)
+    torch.cuda.synchronize()
+    _half_a_second_of_gpu_work()
+    started = time.perf_counter()
+    read = on_host(values)
+    starting = time.perf_counter() - started
+    numbers = read()
+    reading = time.perf_counter() - started - starting
+    assert numbers == [1.5, 0.0, 0.25] and starting < 0.1 and reading > 0.3
 
 
 def _run_without_syncs(rank: int, store: str, out: str) -> None:

@@ -52,6 +52,18 @@ def test_run_summary_written_to_storage(uninterrupted):
     assert summary["transport"] == "gloo (CPU): no NCCL"
 
 
+def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted):
+    """Synthetic data has no padding: a step line's tokens/s per GPU times its seconds per step is what each of the
+    2 workers trained that step, 64 x 2 x 2 = 256 tokens, from the first line on (the counts of a step reach its
+    own line; summed over the workers, they are divided by 2)."""
+    from training.records import METRICS_FILE, read_metrics
+
+    records = read_metrics((Path(uninterrupted["run"]) / METRICS_FILE).read_text())
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    for r in records:
+        assert r["tokens_per_s_per_gpu"] * r["step_time_s"] == pytest.approx(64 * 2 * 2, rel=1e-6), r
+
+
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     """A run that goes NaN at step 13 (no retries), as found after it stopped, then run again under
