@@ -641,8 +641,7 @@ def time_steps(step, warmup: int, steps: int, device) -> dict:
     sync()
     total = time.perf_counter() - begin
     losses += [float(loss) for loss in timed]
-    last = timed[-1]
-    final_loss = float(last)
+    final_loss = losses[-1]
     if final_loss != final_loss:
         raise RuntimeError("the loss is NaN")
     return {"warmup_s": warmup_s, "steps_timed": steps, "step_time_s": total / steps,

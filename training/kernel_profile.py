@@ -11,9 +11,9 @@ kernel is put in one of three classes:
 - communication: NCCL kernels (none at one GPU, counted so that a stray one is seen).
 
 The step's wall time less the kernels' busy time is idle (launch gaps, host work); the profile says where:
-before the first kernel, after the last, and the longest gaps between kernels with what the host was doing. The shares of the
-wall time are what training/plan.py's two-roofline compute model scales to other GPUs. The run also
-measures the two ceilings of this GPU: a large bf16 matmul and a device-to-device copy.
+before the first kernel, after the last, and the longest gaps between kernels with what the host was doing.
+The shares of the wall time are what training/plan.py's two-roofline compute model scales to other GPUs.
+The run also measures the two ceilings of this GPU: a large bf16 matmul and a device-to-device copy.
 """
 
 from __future__ import annotations
