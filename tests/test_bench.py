@@ -145,12 +145,29 @@ def test_cpu_run_writes_results_and_table(tmp_path):
     assert "| trainer, h200 profile (default) | 1 | 8 x 4096 |" in (out / "table.md").read_text()
 
 
+def test_chosen_cases_run_in_rounds_on_cpu(tmp_path):
+    """--cases keeps the trainer's case of the smoke suite and drops the example's; --rounds 2 runs it twice and
+    the table ends with its median."""
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [sys.executable, "-m", "training.bench", "--cpu", "--model", "tiny", "--suite", "smoke", "--warmup", "1",
+         "--steps", "1", "--cases", "trainer, h200 profile (default)", "--rounds", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    names = [r["name"] for r in json.loads((out / "results.json").read_text())["cases"]]
+    assert names == ["trainer, h200 profile (default), round 1", "trainer, h200 profile (default), round 2"]
+    assert "- trainer, h200 profile (default): median " in (out / "table.md").read_text()
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--cpu", "--gpus", "0"], "error: --gpus: 0 must be at least 1"),
     (["--cpu", "--gpus", "-2"], "error: --gpus: -2 must be at least 1"),
     (["--cpu", "--model", "tiny", "--suite", "smoke", "--groups", "main,nope"],
      "error: --groups: nope not in suite smoke on 1 GPU(s); its groups: main"),
     (["--cpu", "--warmup", "0"], "error: --warmup/--steps: 0/10 must both be at least 1"),
+    (["--cpu", "--rounds", "0"], "error: --rounds: 0 must be at least 1"),
+    (["--cpu", "--model", "tiny", "--suite", "smoke", "--cases", "trainer, h200 profile (default)|nope"],
+     "error: --cases: nope not in the selected groups; their cases: trainer, h200 profile (default) | example recipe at its shape"),
 ])
 def test_bad_benchmark_options_are_one_line_before_anything_runs(tmp_path, capsys, argv, message):
     assert bench.main([*argv, "--out", str(tmp_path / "out")]) == 2
@@ -277,6 +294,66 @@ def test_steps_are_timed_back_to_back_each_from_the_previous_ones_return(monkeyp
     assert timed["losses"] == [5.0, 4.0, 3.0, 2.0] and timed["final_loss"] == 2.0 and timed["first_loss"] == 5.0
     assert timed["step_time_s"] == pytest.approx(0.02)
     assert timed["step_time_min_s"] == pytest.approx(0.02) and timed["step_time_max_s"] == pytest.approx(0.02)
+
+
+def test_rounds_run_a_groups_cases_in_turn():
+    group = bench.Group("l4-step", 1, [bench.Case("a"), bench.Case("b", levers=("no-automatic-gc",))])
+    (once,) = bench.with_rounds([group], 1)
+    (thrice,) = bench.with_rounds([group], 3)
+    assert [c.name for c in once.cases] == ["a", "b"]
+    assert [c.name for c in thrice.cases] == ["a, round 1", "b, round 1", "a, round 2", "b, round 2", "a, round 3",
+                                              "b, round 3"]
+    assert [c.levers for c in thrice.cases] == [(), ("no-automatic-gc",)] * 3
+
+
+def test_a_case_in_rounds_is_its_median_against_the_median_of_the_groups_first_case():
+    """a: 100, 300, 200 (median 200); b: 90, 250, 270 (median 250): b is 1.25x a, a one-round case is left out."""
+    rates = {"a, round 1": 100.0, "b, round 1": 90.0, "a, round 2": 300.0, "b, round 2": 250.0, "a, round 3": 200.0,
+             "b, round 3": 270.0, "c": 500.0}
+    rows = [{"group": "g", "name": name, "tokens_per_s_per_gpu": rate} for name, rate in rates.items()]
+    assert bench.round_lines(rows) == [
+        "a: median 200 tokens/s/GPU over 3 rounds (100-300), 1.000x the group's first case",
+        "b: median 250 tokens/s/GPU over 3 rounds (90-270), 1.250x the group's first case"]
+
+
+def _case_then_collector(rank: int, store: str, out: str) -> None:
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from tests.process_group import leave
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    built = []
+    trainer_step = bench._trainer_step
+
+    def recorded(*args, **kwargs):
+        model, optimizer, step = trainer_step(*args, **kwargs)
+        built.append(weakref.ref(model))
+        return model, optimizer, step
+
+    bench._trainer_step = recorded
+    case = bench.Case("tiny", overrides={"seq_len": 16, "micro_batch": 2, "compile": False})
+    cfg = case.train_config("tiny")
+    gc.disable()  # only run_case's own collection may free the case: as in a step loop between automatic passes
+    result = bench.run_case(case, cfg, torch.device("cpu"), 0, 1, None, warmup=1, steps=1)
+    torch.save({"timed": result.get("steps_timed"), "error": result.get("error"), "alive": built[0]() is not None}, out)
+    gc.enable()
+    leave()
+
+
+def test_a_case_leaves_nothing_behind_for_the_next_one(tmp_path):
+    """The case's model is freed when run_case returns, with no automatic collection: the step closure holds it
+    and FSDP's hooks make cycles, so a collection run before the closure is dropped kept the whole case alive
+    (on a GPU, every case after a group's first showed the previous case's weights in its peak memory)."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "case.pt"
+    mp.spawn(_case_then_collector, args=(str(tmp_path / "store"), str(out)), nprocs=1)
+    result = torch.load(out)
+    assert result["error"] is None and result["timed"] == 1
+    assert result["alive"] is False
 
 
 # ------------------------------------------------------------------ the emulated link: model against measurement

@@ -237,13 +237,28 @@ def _transformers_masks():
     return mock.patch.object(training.model, "attention_masks", masks)
 
 
+@contextlib.contextmanager
+def _no_automatic_gc():
+    """Python's collector kept from running inside the steps: what exists is frozen out of its scans and the
+    automatic passes are off (a full pass over a heap of modules and hooks, at a random step)."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 # Levers that are process settings: each runs the default case in its own torchrun.
 MFU_ENV_GROUPS = {"expandable-segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                   "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}}
 LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
           "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,
-          "read-after-update": _read_after_update, "transformers-masks": _transformers_masks}
+          "read-after-update": _read_after_update, "transformers-masks": _transformers_masks,
+          "no-automatic-gc": _no_automatic_gc}
 
 
 def attention_backend(device, cfg: TrainConfig) -> str:
@@ -279,13 +294,14 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
             lever("host-guard", "copied-accumulation"), lever(reduce_dtype="bf16")]
     tried = [lever("cudnn-attention"), lever("cudnn-attention", "repeat-kv"), lever("coordinate-descent"),
              lever("liger-kernels"), lever(loss_chunk_tokens=16384),
-             lever("cudnn-attention", "coordinate-descent")]
+             lever("cudnn-attention", "coordinate-descent"), lever("no-automatic-gc")]
     envs = [Group(name, gpus, [dataclasses.replace(default, name=f"trainer, {name}")], env=env)
             for name, env in MFU_ENV_GROUPS.items()]
     # The l4 profile's 4 micro-batches a step: a sync in each forward idled the GPU four times a step.
     l4 = [Case("trainer, l4 profile", profile="l4"),
           Case("trainer, l4 profile, read-after-update + transformers-masks", profile="l4",
-               levers=("read-after-update", "transformers-masks"))]
+               levers=("read-after-update", "transformers-masks")),
+          Case("trainer, l4 profile, no-automatic-gc", profile="l4", levers=("no-automatic-gc",))]
     return [Group("main", gpus, kept, measure_matmul=True), Group("l4-step", gpus, l4),
             Group("peer", gpus, [PEER]), Group("tried", gpus, [default, *tried]), *envs]
 
@@ -450,7 +466,7 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
         return result | {"error": "FSDP1 needs a GPU" if case.recipe == "example" else "Liger's kernels need a GPU"}
     if device.type == "cuda":
         torch._dynamo.reset()  # each case compiles afresh: no recompile limit reached, no graph of another lever
-    model = optimizer = None
+    model = optimizer = step = None
     try:
         with contextlib.ExitStack() as levers:
             for name in case.levers:
@@ -482,7 +498,9 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
         traceback.print_exc()
         result |= {"error": type(error).__name__, "detail": str(error).splitlines()[0][:300] if str(error) else ""}
     finally:
-        del model, optimizer
+        # The step closes over the model and optimizer, and FSDP's hooks make cycles: all three go before the
+        # collection, or the next case runs beside this one's weights and a heap the collector keeps scanning.
+        del model, optimizer, step
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -796,6 +814,33 @@ def lever_lines(default: dict, rows: list[dict]) -> list[str]:
     return out
 
 
+ROUND = ", round "
+
+
+def with_rounds(groups: list[Group], rounds: int) -> list[Group]:
+    """Each group's cases run `rounds` times in turn (a, b, a, b, ...), named ", round k": a host-bound shape varies
+    by more between steps and machines than a lever moves it, and a drift within the process hits every case."""
+    if rounds == 1:
+        return groups
+    return [dataclasses.replace(g, cases=[dataclasses.replace(c, name=f"{c.name}{ROUND}{k}")
+                                          for k in range(1, rounds + 1) for c in g.cases]) for g in groups]
+
+
+def round_lines(rows: list[dict]) -> list[str]:
+    """Per case run in rounds: the median of its rounds' tokens/s, their range, and that median over the median of
+    its group's first case (the group's baseline, as in lever_lines)."""
+    rounds: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if ROUND in r["name"] and r.get("tokens_per_s_per_gpu"):
+            rounds.setdefault((r["group"], r["name"].rsplit(ROUND, 1)[0]), []).append(r["tokens_per_s_per_gpu"])
+    baselines: dict[str, float] = {}
+    for (group, _), rates in rounds.items():
+        baselines.setdefault(group, statistics.median(rates))
+    return [f"{name}: median {statistics.median(rates):,.0f} tokens/s/GPU over {len(rates)} rounds "
+            f"({min(rates):,.0f}-{max(rates):,.0f}), {statistics.median(rates) / baselines[group]:.3f}x the group's first case"
+            for (group, name), rates in rounds.items() if len(rates) > 1]
+
+
 def measured_peak_tflops(out: Path) -> tuple[float | None, dict | None]:
     path = out / "results" / "matmul.json"
     if not path.is_file():
@@ -960,6 +1005,7 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
     if comparison:
         lines.append(f"- {comparison}")
     lines += [f"- {line}" for line in accumulation_comparison(rows, out)]
+    lines += [f"- {line}" for line in round_lines(rows)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
         lines += ["", "Model against measurement (training.plan; link bandwidth from this run):", "",
@@ -992,6 +1038,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per case (compilation happens here)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per case")
+    parser.add_argument("--cases", default=None, help="'|'-separated names of the selected groups' cases to run (default: all)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run each group's cases this many times in turn, and report each case's median")
     parser.add_argument("--out", default="bench-out", help="output folder")
     parser.add_argument("--cpu", action="store_true", help="run on CPU with gloo (tests of the benchmark itself)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -1024,6 +1073,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"its groups: {', '.join(known)}", file=sys.stderr)
             return 2
         groups = [g for g in groups if g.name in wanted]
+    if args.cases:
+        known, wanted = [c.name for g in groups for c in g.cases], args.cases.split("|")
+        unknown = [name for name in wanted if name not in known]
+        if unknown:
+            print(f"error: --cases: {', '.join(unknown)} not in the selected groups; their cases: {' | '.join(known)}",
+                  file=sys.stderr)
+            return 2
+        groups = [dataclasses.replace(g, cases=[c for c in g.cases if c.name in wanted]) for g in groups]
+        groups = [g for g in groups if g.cases]
+    groups = with_rounds(groups, args.rounds)
     failed = [g.name for g in groups if run_group(g, out, args) != 0]
     print(report(out, groups, args.gpus))
     if failed:
@@ -1081,6 +1140,8 @@ def check_args(args) -> str | None:
         return f"--model: {args.model!r} is not a built-in config ({', '.join(BUILTIN_MODELS)})"
     if args.warmup < 1 or args.steps < 1:
         return f"--warmup/--steps: {args.warmup}/{args.steps} must both be at least 1"
+    if args.rounds < 1:
+        return f"--rounds: {args.rounds} must be at least 1"
     if args.gpus is not None and args.gpus < 1:
         return f"--gpus: {args.gpus} must be at least 1"
     unwritable = unwritable_folder(Path(args.out))

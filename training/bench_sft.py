@@ -50,7 +50,7 @@ def packed_random_batches(seed: int, vocab: int, seq_len: int, micro_batch: int,
             # pack orders blocks by their longest document: shuffle, or a batch would hold only long ones.
             order = list(range(len(blocks["input_ids"])))
             rng.shuffle(order)
-            ready += [{k: torch.from_numpy(v[i]) for k, v in blocks.items()} for i in order]
+            ready += [{k: torch.as_tensor(v[i]) for k, v in blocks.items()} for i in order]  # rows and per-block counts
         batch, ready = ready[:micro_batch], ready[micro_batch:]
         yield {k: torch.stack([b[k] for b in batch]) for k in batch[0]}
 
@@ -62,27 +62,32 @@ def time_training(cfg: TrainConfig, device, batches, warmup: int, steps: int) ->
     from training.model import build_model
     from training.step import make_optimizer, train_step
 
-    torch.cuda.reset_peak_memory_stats(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     model = build_model(cfg, device, 0, 1)
     optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
     try:
         times = []
         for i in range(warmup + steps):
-            torch.cuda.synchronize(device)
+            if cuda:
+                torch.cuda.synchronize(device)
             started = time.perf_counter()
-            train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, cfg.lr, device,
-                       keep_weights_gathered=not cfg.reshard_after_forward)
-            torch.cuda.synchronize(device)
+            result = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, cfg.lr, device,
+                                keep_weights_gathered=not cfg.reshard_after_forward)
+            if cuda:
+                torch.cuda.synchronize(device)
             if i >= warmup:
                 times.append(time.perf_counter() - started)
         step_s = statistics.median(times)
         tps, tflops, _ = rates(cfg.tokens_per_step_per_worker, step_s, model_flops_per_token(model, cfg.seq_len), None)
         return {"step_time_s": step_s, "tokens_per_s_per_gpu": tps, "tflops_per_gpu": tflops,
-                "peak_mem_gib": peak_memory_gib(device), "final_loss": float(loss)}
+                "peak_mem_gib": peak_memory_gib(device), "final_loss": result.loss}
     finally:
         del model, optimizer
         gc.collect()
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
 
 
 def masking(device, warmup: int, steps: int, profiles: tuple[str, ...]) -> list[dict]:

@@ -23,7 +23,8 @@ Compute: on the H200, model FLOPs over its measured bf16 matmul peak times the t
 at the micro-batch's size; on another GPU, the H200's kernel profile at that size scaled by two rooflines
 (matmul kernels by the matmul peak, memory-bound kernels by memory bandwidth; Calibration, and the output's
 basis line, say how). Both were measured without and with full recomputation; selective recomputation, which
-recomputes half the layers, is costed at the midpoint of the two, per token (nothing measured it yet).
+recomputes half the layers, is costed at the midpoint of the two, per token (one H200 at 4 x 2048 measured it
+6% slower).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -377,7 +378,8 @@ def _interpolate(points: dict, x: float) -> float:
 #   nominal: 0.60 (the lower end, the message sizes of one decoder layer).
 # - memory: peak allocated 82.1 GiB (h200 profile, no recomputation), 22.6 GiB (same with
 #   recomputation) and 16.8 GiB (l4 profile, world size 2) fit the activation and loss-chunk terms
-#   (the model gives 79.4, 23.8 and 16.4 GiB); the l4 profile's 21.3 GiB reserved gives the
+#   (the model gives 79.4, 23.8 and 16.4 GiB; the 22.6 ran after another case of its group, which the benchmark
+#   then still held at times, so it may be high: the model stays above it); the l4 profile's 21.3 GiB reserved gives the
 #   allocator overhead.
 # - one GPU (2026-12-01-h200-one-gpu-compute.json, `--suite accumulation` on one H200): the l4 shape (1 x 2048,
 #   recomputation, compile) at 1, 4 and 16 micro-batches, 0.1841, 0.5624 and 2.0218 s per step; least squares:
@@ -572,8 +574,9 @@ def same_batch_shapes(work: Workload, free: tuple[str, ...] = SHAPE_OPTIONS) -> 
 
 
 # auto's micro-batch and recomputation only go where the memory model leaves this share of the usable memory
-# free: its reserved-memory figures were 5.5% under to 2.6% over one H200's at 4 x 2048 (none, selective, full;
-# 2026-12-01-h200-one-gpu-compute.json). A shape the user fixed is held to the usable memory itself.
+# free: its allocated figures were 2-3% under the two-GPU runs it was fitted on (82.1 and 16.8 GiB), and 14-16% over
+# one H200's reserved at 4 x 2048 (none, selective, full; 2026-12-01-h200-one-gpu-compute-four-machines.json, machine
+# C). A shape the user fixed is held to the usable memory itself.
 AUTO_MEMORY_MARGIN = 0.10
 
 
