@@ -316,6 +316,63 @@ def test_a_case_in_rounds_is_its_median_against_the_median_of_the_groups_first_c
         "b: median 250 tokens/s/GPU over 3 rounds (90-270), 1.250x the group's first case"]
 
 
+def test_rounds_are_medians_per_group_leaving_out_errors_and_single_rounds():
+    """Group g: a 100, 200, 300 (median 200, last 300), "x, round trip" 150, 450 (median 300: 1.5x a); an errored round
+    and a one-round case add nothing. Group h has its own first case: c 50, 70 (median 60), e 90, 90 (1.5x c)."""
+    rates = {("g", "a, round 1"): 100.0, ("g", "x, round trip, round 1"): 150.0, ("g", "a, round 2"): 200.0,
+             ("g", "x, round trip, round 2"): 450.0, ("g", "a, round 3"): 300.0, ("g", "x, round trip, round 3"): None,
+             ("g", "d, round 1"): 80.0, ("h", "c, round 1"): 50.0, ("h", "e, round 1"): 90.0, ("h", "c, round 2"): 70.0,
+             ("h", "e, round 2"): 90.0}
+    rows = [{"group": group, "name": name, **({"tokens_per_s_per_gpu": rate} if rate else {"error": "out of memory"})}
+            for (group, name), rate in rates.items()]
+    assert bench.round_lines(rows) == [
+        "a: median 200 tokens/s/GPU over 3 rounds (100-300), 1.000x the group's first case",
+        "x, round trip: median 300 tokens/s/GPU over 2 rounds (150-450), 1.500x the group's first case",
+        "c: median 60 tokens/s/GPU over 2 rounds (50-70), 1.000x the group's first case",
+        "e: median 90 tokens/s/GPU over 2 rounds (90-90), 1.500x the group's first case"]
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """main with a two-group plan whose groups are recorded instead of run: (group, its case names) per group."""
+    ran = []
+    groups = [bench.Group("A", 1, [bench.Case("a1"), bench.Case("a2")]), bench.Group("B", 1, [bench.Case("b1")])]
+    monkeypatch.setattr(bench, "plan", lambda suite, gpus: groups)
+    monkeypatch.setattr(bench, "run_group", lambda group, out, args: ran.append((group.name, [c.name for c in group.cases])) or 0)
+    monkeypatch.setattr(bench, "report", lambda out, groups, gpus: "")
+    return ran
+
+
+def test_cases_picks_cases_and_runs_only_the_groups_left_with_one(planned, tmp_path):
+    assert bench.main(["--cpu", "--suite", "smoke", "--cases", "a2", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    assert planned == [("A", ["a2, round 1", "a2, round 2"])]
+
+
+def test_rounds_apply_without_cases(planned, tmp_path):
+    assert bench.main(["--cpu", "--suite", "smoke", "--rounds", "2", "--out", str(tmp_path)]) == 0
+    assert planned == [("A", ["a1, round 1", "a2, round 1", "a1, round 2", "a2, round 2"]),
+                       ("B", ["b1, round 1", "b1, round 2"])]
+
+
+def test_cases_are_looked_up_in_the_chosen_groups_only(planned, tmp_path, capsys):
+    assert bench.main(["--cpu", "--suite", "smoke", "--groups", "A", "--cases", "b1", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "error: --cases: b1 not in the selected groups; their cases: a1 | a2"
+    assert planned == []
+
+
+def test_the_gc_lever_turns_automatic_collection_off_inside_and_restores_it_even_after_an_error():
+    import gc
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with bench.LEVERS["no-automatic-gc"]():
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError, match="inside"):
+        with bench.LEVERS["no-automatic-gc"]():
+            raise RuntimeError("inside")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 def _case_then_collector(rank: int, store: str, out: str) -> None:
     import gc
     import weakref
