@@ -499,7 +499,7 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
         result |= {"error": type(error).__name__, "detail": str(error).splitlines()[0][:300] if str(error) else ""}
     finally:
         # The step closes over the model and optimizer, and FSDP's hooks make cycles: all three go before the
-        # collection, or the next case runs beside this one's weights and a heap the collector keeps scanning.
+        # collection, or the next case runs beside this one's weights (and counts them in its peak memory).
         del model, optimizer, step
         gc.collect()
         if device.type == "cuda":
