@@ -290,6 +290,58 @@ def test_one_gpu_causal_steps_of_the_masking_benchmark(file, attention, measured
     assert predicted_tokens_per_s(1, False, shape, 1, "full") == pytest.approx(measured, rel=0.15)
 
 
+# The runs of 2026-12-01 (one H200, and the two-GPU mfu run): every case of the trainer with no lever, on random tokens
+# with torch.compile (machine B's "before" is the trainer before the host syncs were removed).
+HOST_BOUND = "host-bound on an H200 at 1 x 2048: the same case differs by up to 50% between machines (the host's speed)"
+LATER_MISSES = {("2026-12-01-h200-one-gpu-compute-four-machines.json", "A-after", "one GPU, grad_accum 4"),
+                ("2026-12-01-h200-one-gpu-compute-four-machines.json", "B-before", "one GPU, grad_accum 4"),
+                ("2026-12-01-h200-one-gpu-compute-four-machines.json", "B-after", "one GPU, grad_accum 1"),
+                ("2026-12-01-h200-one-gpu-compute-four-machines.json", "C-after", "one GPU, grad_accum 4"),
+                ("2026-12-01-h200-one-gpu-compute-four-machines.json", "C-after", "one GPU, grad_accum 16"),
+                ("2026-12-01-h200-syncs-in-rounds.json", "C-after", "trainer, l4 profile")}
+
+
+def later_runs() -> list[tuple]:
+    found = []
+    for path in sorted(RESULTS.glob("2026-12-01-h200*.json")):
+        data = json.loads(path.read_text())
+        runs = data.get("runs") or [{"machine": "", "code": "after", "cases": data.get("cases", [])}]
+        for run in runs:
+            for c in run["cases"]:
+                st = c.get("settings", {})
+                if (c.get("recipe") == "trainer" and not c.get("levers") and c.get("tokens_per_s_per_gpu")
+                        and st.get("data") == "random" and st.get("compile")):
+                    found.append((path.name, f"{run['machine']}-{run['code'].split()[0].rstrip(',')}".strip("-"), c["name"], c))
+    return found
+
+
+LATER_RUNS = later_runs()
+
+
+def test_every_later_run_is_checked():
+    """The selection finds every case the files hold of the trainer as it is (counted by hand from each file), so a
+    renamed field cannot make the check above pass on nothing."""
+    counts = {}
+    for name, *_ in LATER_RUNS:
+        counts[name] = counts.get(name, 0) + 1
+    assert counts == {"2026-12-01-h200-guard-in-rounds.json": 3, "2026-12-01-h200-host-syncs.json": 3,
+                      "2026-12-01-h200-mfu-guard-and-accumulation.json": 1, "2026-12-01-h200-mfu-repeat-with-peer.json": 2,
+                      "2026-12-01-h200-one-gpu-compute-four-machines.json": 24, "2026-12-01-h200-one-gpu-compute.json": 6,
+                      "2026-12-01-h200-syncs-in-rounds.json": 8, "2026-12-01-h200x2-mfu-levers.json": 5}
+
+
+@pytest.mark.parametrize("file,machine,name,recorded", [
+    pytest.param(*run, marks=pytest.mark.xfail(strict=True, reason=HOST_BOUND)) if run[:3] in LATER_MISSES else run
+    for run in LATER_RUNS], ids=[f"{f[11:-5]}-{m}-{n}" for f, m, n, _ in LATER_RUNS])
+def test_every_later_h200_measurement_within_15_percent(file, machine, name, recorded):
+    st = recorded["settings"]
+    work = plan.Workload(seq_len=st["seq_len"], micro_batch=st["micro_batch"], grad_accum=st["grad_accum"],
+                         activation_checkpointing=st["activation_checkpointing"], loss_chunk_tokens=st["loss_chunk_tokens"])
+    layout = plan.Layout("full", not st["reshard_after_forward"], st["reduce_dtype"])
+    predicted = plan.estimate(QWEN, work, h200_cluster(recorded.get("world_size", 1), False), layout)
+    assert predicted.tokens_per_s_per_gpu == pytest.approx(recorded["tokens_per_s_per_gpu"], rel=0.15)
+
+
 def test_p5_is_predicted_on_the_measured_basis_not_the_datasheet():
     """An H100 has the H200's 989 TFLOP/s datasheet peak: at the h200 profile's shape it must predict what
     the H200 measured (50,397 tok/s/GPU), not 989/788 times more (the 65,006 of the mixed basis)."""

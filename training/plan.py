@@ -24,7 +24,7 @@ at the micro-batch's size; on another GPU, the H200's kernel profile at that siz
 (matmul kernels by the matmul peak, memory-bound kernels by memory bandwidth; Calibration, and the output's
 basis line, say how). Both were measured without and with full recomputation; selective recomputation, which
 recomputes half the layers, is costed at the midpoint of the two, per token (one H200 at 4 x 2048 measured it
-6% slower).
+7% slower).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -362,7 +362,10 @@ def _interpolate(points: dict, x: float) -> float:
 #   12 x 4096 (variants): 49,818 -> 0.719. Recomputation, 8 x 4096 (variants): 41,228 -> 0.595; 1 x 2048 x 4
 #   accumulation: 10,880 -> 0.142, the mean of its seven runs in three suites (l4: 11,850; layouts over NVLink:
 #   9,596, 13,154, 9,691, 9,550; reduce-dtype: 11,209, 11,110), which differ by up to 37% between runs of the
-#   same settings. Each ran on 2 GPUs over NVLink, where communication hides.
+#   same settings. Each ran on 2 GPUs over NVLink, where communication hides. 4 x 2048 (the cluster's auto shape),
+#   one GPU, the median of five runs on four machines (2026-12-01-h200-one-gpu-compute.json and
+#   -four-machines.json): 43,698 tok/s without recomputation -> 0.572, 37,221 with -> 0.487. One GPU waits on no
+#   gather; before these points the shape was interpolated from 2,048 and 16,384 tokens, 8-18% slow.
 # - kernels (2026-11-30-h200-kernel-profile.json, `python -m training.kernel_profile`, one H200): matmul and
 #   attention kernels' seconds and memory-bound kernels' seconds of one step, as model TFLOP/s over the
 #   matmul seconds and microseconds per token: 8 x 4096, no recomputation: 32,768 tokens x 11.376 GFLOP /
@@ -387,8 +390,8 @@ def _interpolate(points: dict, x: float) -> float:
 # docs/benchmarks.md, "Layouts on the emulated link" and "The planner against every H200 run", check it.
 CALIBRATION = Calibration(
     reference_gpu="H200", matmul_peak_tflops={"H200": 788.3}, memory_bandwidth_gbps={"H200": 3799.0},
-    efficiency={(False, 16384): 0.663, (False, 32768): 0.727, (False, 49152): 0.719,
-                (True, 2048): 0.142, (True, 32768): 0.595},
+    efficiency={(False, 8192): 0.572, (False, 16384): 0.663, (False, 32768): 0.727, (False, 49152): 0.719,
+                (True, 2048): 0.142, (True, 8192): 0.487, (True, 32768): 0.595},
     kernels={(False, 2048): (683.0, 12.001), (True, 2048): (563.0, 12.305),
              (False, 32768): (719.0, 3.098), (True, 32768): (594.0, 3.254)},
     step_memory_us_per_mparam=12.444,
