@@ -25,7 +25,6 @@ import re
 import socket
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,7 +183,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from training.bench import _meta_model, _trainer_step
+    from training.bench import _meta_model, _trainer_step, time_steps
     from training.metrics import model_flops_per_token
 
     cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)
@@ -195,14 +194,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
         if cuda:
             torch.cuda.synchronize(device)
 
-    for i in range(warmup):
-        step(i)
-    sync()
-    begin = time.perf_counter()
-    for i in range(warmup, warmup + steps):  # back to back, as training runs them (training.bench.time_steps)
-        step(i)
-    sync()
-    wall = (time.perf_counter() - begin) / steps
+    wall = time_steps(step, warmup, steps, device)["step_time_s"]  # back to back, as training runs them
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     # Two steps, the second analysed: its start overlaps the first's update, as in training. stack: Python frames
     # as host spans, so that a gap or a sync names the code behind it (the host then runs slower, idling the GPU).
