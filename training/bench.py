@@ -252,8 +252,10 @@ def _no_automatic_gc():
 
 
 # Levers that are process settings: each runs the default case in its own torchrun.
+# NCCL_CTA_POLICY=1 (NCCL 2.27+, "efficiency"): NCCL uses as few CTAs as keep its speed, leaving SMs to the
+# overlapped compute (NCCL's docs, "NCCL Communicator CTA Policy Flags").
 MFU_ENV_GROUPS = {"expandable-segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-                  "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}}
+                  "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}, "nccl-cta-efficiency": {"NCCL_CTA_POLICY": "1"}}
 LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
           "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,
@@ -867,7 +869,7 @@ def run_group(group: Group, out: Path, args) -> int:
                "-m", "training.bench", "--worker", str(spec_file), "--out", str(out), "--model", args.model,
                "--warmup", str(args.warmup), "--steps", str(args.steps)]
     print(f"== group {group.name}: {group.world_size} GPU(s), {len(group.cases)} case(s), env {group.env or 'normal'}", flush=True)
-    with open(out / f"group-{group.name}.log", "w") as log:
+    with open(out / f"group-{group.name}.log", "w", buffering=1) as log:  # a killed run keeps its rows
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in proc.stdout:
             log.write(line)

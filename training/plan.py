@@ -17,6 +17,8 @@ Layouts:
   its replicas on the other nodes.
 - +gathered: weights stay gathered from the first micro-batch's forward to the last one's
   backward: one all-gather per step instead of two per micro-batch, for the whole bf16 model in memory.
+  Only the first micro-batch's forward waits on a gather; where the host bounds the step (an H200 at
+  1 x 2048), the others compute as on one GPU.
 - +bf16: gradients are reduced in bf16 instead of fp32: half the reduction bytes.
 
 Compute: on the H200, model FLOPs over its measured bf16 matmul peak times the trainer's efficiency measured
@@ -258,10 +260,12 @@ class Calibration:
         memory_s = (work.tokens_per_step * memory_us + per_step_us) * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
         return matmul_s, memory_s
 
-    def measured_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2) -> float:
+    def measured_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2, gathered: bool = False) -> float:
         """The reference GPU's step compute at this shape: its measured efficiency applied to the model's FLOPs;
         where the one-GPU step was measured, that step for a shard group of one GPU, and for larger groups its
-        per-step share plus the rest of the efficiency's step per micro-batch."""
+        per-step share plus the rest of the efficiency's step per micro-batch. With the weights kept `gathered`
+        through accumulation, only the first micro-batch's forward waits on one gather per layer (of the two
+        the efficiency's micro-batches waited on); the others compute as on one GPU."""
         flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
         seconds = flops / (self.matmul_peak(GPUS[self.reference_gpu]) * 1e12 * self.reference_efficiency(work))
         key = (work.activation_checkpointing == "full", work.seq_len * work.micro_batch)
@@ -273,6 +277,8 @@ class Calibration:
         # The efficiency's runs took per_step + their micro-batches x the rest; this step has grad_accum of them.
         measured = self.efficiency_accumulation.get(key, 1)
         per_micro_batch = (seconds / work.grad_accum * measured - per_step) / measured
+        if gathered:
+            return per_step + work.grad_accum * one_gpu_micro_batch + (per_micro_batch - one_gpu_micro_batch) / 2
         return per_step + work.grad_accum * per_micro_batch
 
     def host_seconds(self, work: "Workload", model: "ModelShape") -> float:
@@ -281,11 +287,12 @@ class Calibration:
         profiled = MODELS[self.profiled_model]
         return self.measured_seconds(work, profiled) * model.layers / profiled.layers
 
-    def compute_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 2) -> float:
-        """The reference GPU's measured time (with a shard group of `shard` GPUs); another GPU's kernels scaled by
-        its two ceilings, or the host's time if they take less."""
+    def compute_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 2,
+                        gathered: bool = False) -> float:
+        """The reference GPU's measured time (with a shard group of `shard` GPUs, the weights kept `gathered` through
+        accumulation or not); another GPU's kernels scaled by its two ceilings, or the host's time if they take less."""
         if gpu.name == self.reference_gpu:
-            return self.measured_seconds(work, model, shard)
+            return self.measured_seconds(work, model, shard, gathered)
         return max(self.host_seconds(work, model), sum(self.kernel_seconds(gpu, work, model, shard)))
 
     def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 1) -> str:
@@ -487,7 +494,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
-    compute_s = calibration.compute_seconds(cluster.gpu, work, model, shard)
+    compute_s = calibration.compute_seconds(cluster.gpu, work, model, shard, layout.keep_gathered)
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
     # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without; selective, half the
     # layers each: 2.5 of 3.5), the reductions. The root's first gather must land before anything computes.
