@@ -290,7 +290,7 @@ def test_one_gpu_causal_steps_of_the_masking_benchmark(file, attention, measured
 
 # The runs of 2026-12-01 (one H200, and the two-GPU runs): every case of the trainer with no lever, on random tokens
 # with torch.compile (machine B's "before" is the trainer before the host syncs were removed).
-HOST_BOUND = "host-bound on an H200 at 1 x 2048: the same case differs by up to 50% between machines (the host's speed)"
+HOST_BOUND = "host-bound on an H200 at 1 x 2048: the same case differs by up to 59% between machines (the host's speed)"
 LATER_MISSES = {("2026-12-01-h200-one-gpu-compute-four-machines.json", "A-after", "one GPU, grad_accum 4"),
                 ("2026-12-01-h200-one-gpu-compute-four-machines.json", "B-before", "one GPU, grad_accum 4"),
                 ("2026-12-01-h200-one-gpu-compute-four-machines.json", "B-after", "one GPU, grad_accum 1"),
