@@ -464,9 +464,8 @@ def test_accumulation_on_the_emulated_link_within_15_percent_two_machines_later(
     assert recorded[emulation_name(layout, wire, accum, "sockets")] == pytest.approx(sockets_s, abs=1e-4)
     assert recorded[emulation_name(layout, wire, accum, "NVLink")] == pytest.approx(nvlink_s, abs=1e-4)
     cluster = plan.Cluster(gpu=H200, nodes=2, gpus_per_node=1, inter_node_gbps=EMULATION_GBPS / plan.CALIBRATION.link_efficiency)
-    sharding, _, _ = layout.partition("+")
     estimate = plan.estimate(QWEN, plan.Workload(2048, 1, accum, True, 2048), cluster,
-                             plan.Layout(sharding, layout.endswith("+gathered"), wire))
+                             dataclasses.replace(LAYOUTS[layout], reduce_dtype=wire))
     assert estimate.step_s == pytest.approx(sockets_s, rel=0.15)
 
 
