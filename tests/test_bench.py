@@ -413,6 +413,52 @@ def test_a_case_leaves_nothing_behind_for_the_next_one(tmp_path):
     assert result["alive"] is False
 
 
+def _communication_levers_configure(rank: int, store: str, out: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FSDPModule
+
+    from tests.process_group import leave
+    from training.model import build_model
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    calls = {}
+    methods = ("set_force_sum_reduction_for_comms", "set_symm_mem_for_comm",
+               "set_allocate_memory_from_process_group_for_comm")
+    for method in methods:
+        setattr(FSDPModule, method, lambda unit, *args, method=method: calls.setdefault(method, []).append(
+            type(unit).__name__.removeprefix("FSDP")))
+    cfg = bench.Case("tiny", overrides={"seq_len": 16, "micro_batch": 2, "compile": False}).train_config("tiny")
+    for lever in ("symmetric-memory", "process-group-memory"):
+        with bench.LEVERS[lever]():
+            model = build_model(cfg, torch.device("cpu"), 0, 1)
+        calls[lever] = {m: sorted(calls.pop(m, [])) for m in methods}
+    calls["layers"] = len(model.decoder_layers)
+    torch.save(calls, out)
+    leave()
+
+
+def test_each_communication_lever_configures_every_fsdp_unit_the_trainer_makes(tmp_path):
+    """symmetric-memory: sum-only reductions and symmetric memory on each decoder layer and the root;
+    process-group-memory: sum-only reductions and NCCL's allocator on the same units."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "calls.pt"
+    mp.spawn(_communication_levers_configure, args=(str(tmp_path / "store"), str(out)), nprocs=1)
+    calls = torch.load(out)
+    units = sorted(["CausalLMWithLoss"] + ["Qwen2DecoderLayer"] * calls["layers"])
+    assert calls["layers"] >= 2
+    assert calls["symmetric-memory"] == {"set_force_sum_reduction_for_comms": units, "set_symm_mem_for_comm": units,
+                                         "set_allocate_memory_from_process_group_for_comm": []}
+    assert calls["process-group-memory"] == {"set_force_sum_reduction_for_comms": units, "set_symm_mem_for_comm": [],
+                                             "set_allocate_memory_from_process_group_for_comm": units}
+
+
+def test_the_copy_engine_group_gathers_from_symmetric_memory_under_the_zero_cta_policy():
+    [group] = [g for g in bench.plan("mfu", gpus=2) if g.name == "copy-engine-all-gather"]
+    assert group.env == {"NCCL_CTA_POLICY": "2"}
+    assert [c.levers for c in group.cases] == [("symmetric-memory",)]
+
+
 # ------------------------------------------------------------------ the emulated link: model against measurement
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.kernel_profile import STEP_LABEL, kernel_class, main, shares, split_trace
+from training.kernel_profile import STEP_LABEL, communication_overlap, kernel_class, main, shares, split_trace
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -53,6 +53,23 @@ def test_a_trace_splits_into_class_seconds_and_busy_time_counts_overlap_once():
     assert split["busy_s"] == pytest.approx(400e-6) and split["kernels"] == 3
     assert [k["name"] for k in split["top"]] == ["nvjet_sm90_tst_192x192", "triton_red_fused_rsqrt_0",
                                                 "Memcpy DtoD (Device -> Device)"]
+
+
+def test_communication_is_split_into_the_time_it_ran_alone_and_the_time_it_ran_under_compute():
+    """An all-gather 0-100 us before any compute (alone 100), a reduce-scatter 300-500 beside a GEMM 200-400 (under
+    compute 100, then alone 100) and a norm 450-480 (under compute 30 of those last 100: alone 70), a second
+    collective 450-460 on a third stream inside the same stretch (counted once), and a GEMM alone 600-700:
+    alone 100 + 70 = 170 us, under compute 100 + 30 = 130 us."""
+    kernels = [(0, 100e-6, "ncclDevKernel_AllGather_RING_LL"), (200e-6, 400e-6, "nvjet_sm90_tst_192x192"),
+               (300e-6, 500e-6, "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL"), (450e-6, 480e-6, "triton_red_fused_rsqrt_0"),
+               (450e-6, 460e-6, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"), (600e-6, 700e-6, "nvjet_sm90_tst_256x128")]
+    overlap = communication_overlap(kernels)
+    assert overlap == pytest.approx({"alone": 170e-6, "under_compute": 130e-6})
+
+
+def test_a_trace_without_communication_has_none_alone_or_under_compute():
+    split = split_trace([_kernel("nvjet_sm90_tst_192x192", 0, 300), _kernel("triton_red_fused_rsqrt_0", 250, 100)])
+    assert split["communication_s"] == {"alone": 0.0, "under_compute": 0.0}
 
 
 def test_idle_time_is_placed_before_between_and_after_the_kernels_with_the_host_work_of_each_gap():
@@ -181,3 +198,31 @@ def test_an_out_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path, c
 def test_a_shape_index_out_of_range_is_refused_in_one_line(shapes, tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--shapes", shapes]) == 2
     assert capsys.readouterr().err == f"error: --shapes: {shapes!r} must be comma-separated indexes from 0 to 5\n"
+
+
+def _profile_rank(rank: int, world: int, port: int, out: str) -> None:
+    import os
+
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    code = main(["--model", "tiny", "--out", f"{out}/rank{rank}", "--shapes", "4", "--warmup", "1", "--steps", "1"])
+    assert code == 0
+
+
+def test_under_torchrun_every_rank_steps_and_rank_0_alone_writes_the_two_rank_profile(tmp_path):
+    """Two gloo ranks (torchrun's environment): the FSDP step shards over both (its collectives would hang
+    otherwise), and only rank 0's folder gets the profile, which names its world size."""
+    import torch.multiprocessing as mp
+
+    from training.kernel_profile import _free_port
+
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}").mkdir()
+    mp.spawn(_profile_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    written = json.loads((tmp_path / "rank0" / "kernel-profile.json").read_text())
+    assert written["world_size"] == 2 and written["shapes"][0]["world_size"] == 2
+    assert written["shapes"][0]["step_s"] > 0
+    assert not (tmp_path / "rank1" / "kernel-profile.json").exists()

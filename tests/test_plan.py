@@ -494,6 +494,19 @@ def test_kept_gathered_only_the_first_micro_batch_waits_on_a_gather():
         assert plan.estimate(QWEN, work, node, plan.Layout("full", keep_gathered=True)).compute_s == pytest.approx(seconds, rel=1e-3)
 
 
+def test_another_gpus_host_bound_step_keeps_the_layouts_gathered_saving():
+    """2 H100s at the same host-bound shape: their kernels (about 1.19 s at 16 micro-batches, 0.31 s at 4) take less
+    than the host's launches, which are the H200's measured step of the same model and layout: kept gathered, the
+    2.0484 s and 0.5808 s of the worked example above, not the 2.82 s and 0.755 s of a step that gathers twice per
+    micro-batch."""
+    from training.hardware import GPUS
+
+    node = plan.Cluster(gpu=GPUS["H100"], nodes=1, gpus_per_node=2, inter_node_gbps=0.0)
+    for accum, seconds in ((16, 2.0484), (4, 0.5808)):
+        work = plan.Workload(2048, 1, accum, True, 2048)
+        assert plan.estimate(QWEN, work, node, plan.Layout("full", keep_gathered=True)).compute_s == pytest.approx(seconds, rel=1e-3)
+
+
 def test_plan_cli_offers_a_faster_shape_at_the_same_batch_and_lora_when_nothing_fits(capsys):
     # 2 x g6.12xlarge, l4 profile: 65,536 tokens per step, its 1 x 2048 x 4 with full recomputation fixed.
     assert plan.main(["--micro-batch", "1", "--activation-checkpointing", "full", "--reduce-dtype", "fp32"]) == 0

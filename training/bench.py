@@ -251,16 +251,59 @@ def _no_automatic_gc():
         gc.unfreeze()
 
 
+def _fsdp_units_after_apply(configure):
+    """training.model.apply_fsdp, then configure(unit) on each FSDP unit it made (a communication setting)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    import training.model
+
+    apply = training.model.apply_fsdp
+
+    def apply_then_configure(model, *args, **kwargs):
+        apply(model, *args, **kwargs)
+        for unit in model.modules():
+            if isinstance(unit, FSDPModule):
+                configure(unit)
+
+    return mock.patch.object(training.model, "apply_fsdp", apply_then_configure)
+
+
+def _symmetric_memory():
+    """FSDP2 all-gathers from NCCL symmetric memory (torchtitan's fsdp symmetric-memory option: sum-only
+    reductions, then set_symm_mem_for_comm). Under NCCL_CTA_POLICY=2 (zero CTAs) NCCL copies with the copy
+    engines on one node: the gathers take no SM from the overlapped matmuls (PyTorch's docs, "Copy Engine
+    Collectives")."""
+    def configure(unit):
+        unit.set_force_sum_reduction_for_comms(True)
+        unit.set_symm_mem_for_comm()
+
+    return _fsdp_units_after_apply(configure)
+
+
+def _process_group_memory():
+    """FSDP2's staging buffers come from NCCL's allocator and reductions are sums: NCCL can then register them
+    and transfer without its own copies (set_allocate_memory_from_process_group_for_comm's docs)."""
+    def configure(unit):
+        unit.set_force_sum_reduction_for_comms(True)
+        unit.set_allocate_memory_from_process_group_for_comm(True)
+
+    return _fsdp_units_after_apply(configure)
+
+
 # Levers that are process settings: each runs the default case in its own torchrun.
 # NCCL_CTA_POLICY=1 (NCCL 2.27+, "efficiency"): NCCL uses as few CTAs as keep its speed, leaving SMs to the
 # overlapped compute (NCCL's docs, "NCCL Communicator CTA Policy Flags").
 MFU_ENV_GROUPS = {"expandable-segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-                  "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}, "nccl-cta-efficiency": {"NCCL_CTA_POLICY": "1"}}
+                  "nccl-max-8-ctas": {"NCCL_MAX_CTAS": "8"}, "nccl-cta-efficiency": {"NCCL_CTA_POLICY": "1"},
+                  "copy-engine-all-gather": {"NCCL_CTA_POLICY": "2"}}
+# The levers an env group's case enters (the copy engines gather only from symmetric memory).
+MFU_ENV_LEVERS = {"copy-engine-all-gather": ("symmetric-memory",)}
 LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
           "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,
           "read-after-update": _read_after_update, "transformers-masks": _transformers_masks,
-          "no-automatic-gc": _no_automatic_gc}
+          "no-automatic-gc": _no_automatic_gc, "symmetric-memory": _symmetric_memory,
+          "process-group-memory": _process_group_memory}
 
 
 def attention_backend(device, cfg: TrainConfig) -> str:
@@ -296,9 +339,10 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
             lever("host-guard", "copied-accumulation"), lever(reduce_dtype="bf16")]
     tried = [lever("cudnn-attention"), lever("cudnn-attention", "repeat-kv"), lever("coordinate-descent"),
              lever("liger-kernels"), lever(loss_chunk_tokens=16384),
-             lever("cudnn-attention", "coordinate-descent"), lever("no-automatic-gc")]
-    envs = [Group(name, gpus, [dataclasses.replace(default, name=f"trainer, {name}")], env=env)
-            for name, env in MFU_ENV_GROUPS.items()]
+             lever("cudnn-attention", "coordinate-descent"), lever("no-automatic-gc"), lever("symmetric-memory"),
+             lever("process-group-memory")]
+    envs = [Group(name, gpus, [dataclasses.replace(default, name=f"trainer, {name}", levers=MFU_ENV_LEVERS.get(name, ()))],
+                  env=env) for name, env in MFU_ENV_GROUPS.items()]
     # The l4 profile's 4 micro-batches a step: a sync in each forward idled the GPU four times a step.
     l4 = [Case("trainer, l4 profile", profile="l4"),
           Case("trainer, l4 profile, read-after-update + transformers-masks", profile="l4",

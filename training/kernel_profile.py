@@ -1,7 +1,8 @@
 """Where a training step's GPU time goes, by kind of kernel: `python -m training.kernel_profile --out DIR`.
 
-One GPU, the trainer's own step (`training.bench`'s wiring of build_model, apply_fsdp, train_step),
-at each GPU profile's shape. torch.profiler records every kernel of one step after warm-up; each
+The trainer's own step (`training.bench`'s wiring of build_model, apply_fsdp, train_step), at each GPU
+profile's shape: on one GPU, or on several under torchrun (`torchrun --nproc-per-node 2 -m
+training.kernel_profile`), where every rank profiles and rank 0 analyses and writes. torch.profiler records every kernel of one step after warm-up; each
 kernel is put in one of three classes:
 
 - matmul: tensor-core kernels (cuBLAS/CUTLASS GEMMs, flash attention): their time scales with the
@@ -9,6 +10,10 @@ kernel is put in one of three classes:
 - memory: everything else that runs on the GPU (normalisations, activations, RoPE, the softmax of
   the loss, the optimizer's elementwise update, copies): their time scales with memory bandwidth;
 - communication: NCCL kernels (none at one GPU, counted so that a stray one is seen).
+
+With several GPUs the communication runs on its own streams beside the compute: the profile says how much of
+it ran alone (exposed: the step waited for it) and how much under compute kernels (hidden, though it shares
+the SMs and memory bandwidth with them).
 
 The step's wall time less the kernels' busy time is idle (launch gaps, host work); the profile says where:
 before the first kernel, after the last, and the longest gaps between kernels with what the host was doing.
@@ -117,6 +122,7 @@ def split_trace(events: list[dict], gaps: int = 12) -> dict:
             end, last = stop, name
     top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:25]
     result |= {"kernel_s": per_class, "busy_s": busy, "kernels": len(kernels),
+               "communication_s": communication_overlap(kernels),
                "top": [{"name": name[:160], "class": kernel_class(name), "s": s} for name, s in top]}
     if not kernels:
         return result
@@ -135,6 +141,26 @@ def split_trace(events: list[dict], gaps: int = 12) -> dict:
     result["copies_to_host"] = [{"at_s": start - first, "launched_by": launched_by(correlation)}
                             for start, _, name, correlation in kernels if "DtoH" in name]
     return result
+
+
+def communication_overlap(kernels: list[tuple]) -> dict:
+    """Of the time any communication kernel runs: how long no compute kernel ran beside it (alone: the step
+    waited for it) and how long one did (under compute). kernels: (start, stop, name, ...) in seconds."""
+    edges = sorted(edge for start, stop, name, *_ in kernels
+                   for edge in ((start, 1, kernel_class(name) == "communication"),
+                                (stop, -1, kernel_class(name) == "communication")))
+    running = {True: 0, False: 0}  # communication kernels, compute kernels
+    alone = under = 0.0
+    previous = None
+    for at, change, communication in edges:
+        if previous is not None and running[True]:
+            if running[False]:
+                under += at - previous
+            else:
+                alone += at - previous
+        running[communication] += change
+        previous = at
+    return {"alone": alone, "under_compute": under}
 
 
 def _host_spans(host: list[tuple[float, float, str]], start: float, stop: float, most: int = 6) -> list[str]:
@@ -179,7 +205,8 @@ def copy_bandwidth_gbps(device, gib: float = 2.0, repeats: int = 20) -> float:
 
 
 def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int, trace_dir: Path,
-                  stack: bool = False) -> dict:
+                  stack: bool = False, rank: int = 0, world: int = 1) -> dict | None:
+    """The shape's profile on this rank's GPU; None on every rank but 0, which alone analyses its trace."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -187,7 +214,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     from training.metrics import model_flops_per_token
 
     cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)
-    model, optimizer, step = _trainer_step(cfg, device, 0, 1, None)
+    model, optimizer, step = _trainer_step(cfg, device, rank, world, None)
     cuda = device.type == "cuda"
 
     def sync():
@@ -203,6 +230,9 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
             with record_function(STEP_LABEL):
                 step(warmup + steps + i)
         sync()
+    if rank != 0:
+        del model, optimizer
+        return None
     trace = trace_dir / f"{''.join(c if c.isalnum() else '-' for c in shape.name)}.json"
     prof.export_chrome_trace(str(trace))
     split = split_trace(json.loads(trace.read_text())["traceEvents"])
@@ -210,7 +240,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     tokens = cfg.tokens_per_step_per_worker
     result = {"name": shape.name, "settings": {k: getattr(cfg, k) for k in (
                   "seq_len", "micro_batch", "grad_accum", "activation_checkpointing", "compile", "reshard_after_forward")},
-              "tokens_per_step": tokens, "step_s": wall, "steps_timed": steps,
+              "world_size": world, "tokens_per_step": tokens, "step_s": wall, "steps_timed": steps,
               "flops_per_token": model_flops_per_token(_meta_model(cfg), cfg.seq_len),
               "split": split, "shares": shares(split, wall)}
     del model, optimizer
@@ -244,23 +274,26 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
     own_group = not dist.is_initialized()
-    if own_group:  # one rank: the trainer's FSDP wiring still wants a process group
+    if own_group:  # the trainer's FSDP wiring wants a process group, of one rank outside torchrun
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        dist.init_process_group("nccl" if cuda else "gloo", rank=0, world_size=1)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     result: dict = {"device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
-                    "model": args.model, "shapes": []}
+                    "model": args.model, "world_size": world, "shapes": []}
     if cuda:
         result["matmul_tflops"] = matmul_rates(device)
         result["copy_gbps"] = copy_bandwidth_gbps(device)
     path = out / "kernel-profile.json"
     for shape in chosen:
         try:
-            row = profile_shape(shape, args.model, device, args.warmup, args.steps, out, args.stack)
+            row = profile_shape(shape, args.model, device, args.warmup, args.steps, out, args.stack, rank, world)
         except Exception as error:  # one failing shape must not cost the others
             row = {"name": shape.name, "error": f"{type(error).__name__}: {str(error)[:300]}"}
+        if rank != 0:
+            continue
         result["shapes"].append(row)
         path.write_text(json.dumps(result, indent=1))  # after each shape: a cut-off run keeps what it measured
         print(format_row(row), flush=True)
@@ -283,6 +316,10 @@ def format_row(row: dict) -> str:
     line = (f"{row['name']}: {row['step_s']:.3f} s/step, {row['tokens_per_step'] / row['step_s']:,.0f} tok/s; "
             f"matmul {s['matmul']:.1%} ({k['matmul']:.3f} s), memory {s['memory']:.1%} ({k['memory']:.3f} s), "
             f"communication {s['communication']:.1%}, idle {s['idle']:.1%}; {split['kernels']} kernels")
+    communication = split.get("communication_s", {})
+    if k["communication"]:
+        line += (f"\n  communication: {communication['alone'] * 1e3:.1f} ms alone (the step waited), "
+                 f"{communication['under_compute'] * 1e3:.1f} ms under compute kernels")
     idle = [f"{split[key] * 1e3:.1f} ms {where}" for key, where in (
         ("idle_before_first_kernel_s", "before the first kernel"), ("idle_between_kernels_s", "between kernels"),
         ("idle_after_last_kernel_s", "after the last")) if key in split]

@@ -281,11 +281,11 @@ class Calibration:
             return per_step + work.grad_accum * one_gpu_micro_batch + (per_micro_batch - one_gpu_micro_batch) / 2
         return per_step + work.grad_accum * per_micro_batch
 
-    def host_seconds(self, work: "Workload", model: "ModelShape") -> float:
-        """What the host's launches take: the reference GPU's measured step of the profiled model at this shape
-        (at 1 x 2,048 the H200 idles 56% of it), per layer: launches grow with the layers, not with FLOPs."""
+    def host_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2, gathered: bool = False) -> float:
+        """What the host's launches take: the reference GPU's measured step of the profiled model at this shape and
+        layout (at 1 x 2,048 the H200 idles 56% of it), per layer: launches grow with the layers, not with FLOPs."""
         profiled = MODELS[self.profiled_model]
-        return self.measured_seconds(work, profiled) * model.layers / profiled.layers
+        return self.measured_seconds(work, profiled, shard, gathered) * model.layers / profiled.layers
 
     def compute_seconds(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 2,
                         gathered: bool = False) -> float:
@@ -293,7 +293,7 @@ class Calibration:
         accumulation or not); another GPU's kernels scaled by its two ceilings, or the host's time if they take less."""
         if gpu.name == self.reference_gpu:
             return self.measured_seconds(work, model, shard, gathered)
-        return max(self.host_seconds(work, model), sum(self.kernel_seconds(gpu, work, model, shard)))
+        return max(self.host_seconds(work, model, shard, gathered), sum(self.kernel_seconds(gpu, work, model, shard)))
 
     def basis(self, gpu: GpuSpec, work: "Workload", model: "ModelShape", shard: int = 1) -> str:
         """One line: what the compute term of this GPU rests on (the optimizer over a shard group of `shard`)."""
