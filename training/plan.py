@@ -27,6 +27,9 @@ at the micro-batch's size; on another GPU, the H200's kernel profile at that siz
 basis line, say how). Both were measured without and with full recomputation; selective recomputation, which
 recomputes half the layers, is costed at the midpoint of the two, per token (one H200 at 4 x 2048 measured it
 7% slower).
+Communication overlaps compute in two phases: the weight gathers until the last micro-batch's backward, the
+gradient reductions during it. Where a link bounds a phase, the compute that cannot overlap it runs in series with
+it (estimate says which).
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -256,9 +259,14 @@ class Calibration:
         reference = GPUS[self.reference_gpu]
         flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
         matmul_s = flops / (matmul_tflops * 1e12) * self.matmul_peak(reference) / self.matmul_peak(gpu)
-        per_step_us = self.step_memory_us_per_mparam * model.trained_params(work.lora_rank) / shard / 1e6
-        memory_s = (work.tokens_per_step * memory_us + per_step_us) * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
-        return matmul_s, memory_s
+        memory_s = work.tokens_per_step * memory_us * 1e-6 * self.bandwidth(reference) / self.bandwidth(gpu)
+        return matmul_s, memory_s + self.optimizer_seconds(gpu, model, work.lora_rank, shard)
+
+    def optimizer_seconds(self, gpu: GpuSpec, model: "ModelShape", lora_rank: int, shard: int) -> float:
+        """The once-a-step memory-bound work (clipping, the fused AdamW update) over the trained parameters'
+        1/shard share, at `gpu`'s memory bandwidth."""
+        per_step_us = self.step_memory_us_per_mparam * model.trained_params(lora_rank) / shard / 1e6
+        return per_step_us * 1e-6 * self.bandwidth(GPUS[self.reference_gpu]) / self.bandwidth(gpu)
 
     def measured_seconds(self, work: "Workload", model: "ModelShape", shard: int = 2, gathered: bool = False) -> float:
         """The reference GPU's step compute at this shape: its measured efficiency applied to the model's FLOPs;
@@ -505,8 +513,18 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     gather_window = compute_s * (1 - backward_share) / m if layout.keep_gathered else compute_s - window
     root_first = {"intra": weight_root * _gather_factor(shard), "inter": 0.0 if hybrid or nodes == 1
                   else weight_root * _gather_factor(shard)}
-    step_s = (seconds(root_first) + max(gather_window, seconds(spread)) + (compute_s - window - gather_window)
-              + max(window, seconds(tail)))
+    # Where a link bounds a phase, the compute that cannot start before its last transfer, or must end before its
+    # first, adds to it. Kept gathered, the gathers end in the first forward: after the last, the last layer's
+    # forward and the LM head (the fused loss runs the head's forward and backward there). Otherwise the gathers
+    # run through forwards and backwards alike, and the head computes between them. Before the first reduction,
+    # the last layer's backward; after the last, the optimizer.
+    micro_batch_s = compute_s / m
+    head_share = 6 * model.hidden * model.vocab / model.flops_per_token(work.seq_len)
+    layer_s = micro_batch_s * (1 - head_share) / model.layers
+    after_gathers = layer_s * (1 - backward_share) + micro_batch_s * head_share if layout.keep_gathered else 0.0
+    around_reductions = layer_s * backward_share + calibration.optimizer_seconds(cluster.gpu, model, work.lora_rank, shard)
+    step_s = (seconds(root_first) + max(gather_window, seconds(spread) + after_gathers)
+              + (compute_s - window - gather_window) + max(window, seconds(tail) + around_reductions))
     exposed_s = step_s - compute_s
 
     memory = memory_bytes(model, work, layout, shard, calibration) * calibration.allocator_overhead
