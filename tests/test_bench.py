@@ -453,6 +453,15 @@ def test_each_communication_lever_configures_every_fsdp_unit_the_trainer_makes(t
                                              "set_allocate_memory_from_process_group_for_comm": units}
 
 
+def test_symmetric_memory_on_a_torch_without_it_is_refused_with_the_version(monkeypatch):
+    """torch 2.11 (the GPU machine's image) has no set_symm_mem_for_comm: the case fails at once, saying why."""
+    from torch.distributed.fsdp import FSDPModule
+
+    monkeypatch.delattr(FSDPModule, "set_symm_mem_for_comm")
+    with pytest.raises(RuntimeError, match=r"^symmetric-memory: torch .* has no FSDPModule.set_symm_mem_for_comm$"):
+        bench.LEVERS["symmetric-memory"]()
+
+
 def test_the_copy_engine_group_gathers_from_symmetric_memory_under_the_zero_cta_policy():
     [group] = [g for g in bench.plan("mfu", gpus=2) if g.name == "copy-engine-all-gather"]
     assert group.env == {"NCCL_CTA_POLICY": "2"}

@@ -347,7 +347,8 @@ def test_every_later_run_is_checked():
                       "2026-12-01-h200-one-gpu-compute-four-machines.json": 24, "2026-12-01-h200-one-gpu-compute.json": 6,
                       "2026-12-01-h200-syncs-in-rounds.json": 8, "2026-12-01-h200x2-mfu-levers.json": 5,
                       "2026-12-01-h200x2-accumulation-nvlink-and-sockets.json": 2,
-                      "2026-12-01-h200x2-mfu-default-and-peer-in-rounds.json": 4}
+                      "2026-12-01-h200x2-mfu-default-and-peer-in-rounds.json": 4,
+                      "2026-12-01-h200-communication-levers-check.json": 1}
 
 
 @pytest.mark.parametrize("file,machine,name,recorded", [

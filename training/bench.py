@@ -273,6 +273,12 @@ def _symmetric_memory():
     reductions, then set_symm_mem_for_comm). Under NCCL_CTA_POLICY=2 (zero CTAs) NCCL copies with the copy
     engines on one node: the gathers take no SM from the overlapped matmuls (PyTorch's docs, "Copy Engine
     Collectives")."""
+    import torch
+    from torch.distributed.fsdp import FSDPModule
+
+    if not hasattr(FSDPModule, "set_symm_mem_for_comm"):  # the device image's torch 2.11 lacks it; 2.13 has it
+        raise RuntimeError(f"symmetric-memory: torch {torch.__version__} has no FSDPModule.set_symm_mem_for_comm")
+
     def configure(unit):
         unit.set_force_sum_reduction_for_comms(True)
         unit.set_symm_mem_for_comm()
