@@ -315,10 +315,11 @@ class Calibration:
         if gpu.name == ref:
             return f"compute basis: {measured}; MFU is against the datasheet peak"
         matmul_s, memory_s = self.kernel_seconds(gpu, work, model, shard)
-        host_s = self.host_seconds(work, model)
+        host_s, kept_s = (self.host_seconds(work, model, shard, gathered) for gathered in (False, True))
         if matmul_s + memory_s <= host_s:
+            kept = f" ({kept_s:.2f} s with the weights kept gathered)" if f"{kept_s:.2f}" != f"{host_s:.2f}" else ""
             return (f"compute basis: {gpu.name}'s kernels ({matmul_s:.2f} s matmul + {memory_s:.2f} s memory-bound) take "
-                    f"less than the host's launches, {host_s:.2f} s: the {ref}'s measured step of "
+                    f"less than the host's launches, {host_s:.2f} s{kept}: the {ref}'s measured step of "
                     f"{self.profiled_model} at {shape}, per layer; MFU is against the datasheet peak")
 
         def ceiling(value: float, measured_here: bool, datasheet: float, fraction: float, unit: str, what: str) -> str:
@@ -503,28 +504,34 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
 
     flops = model.flops_per_token(work.seq_len) * work.tokens_per_step
     compute_s = calibration.compute_seconds(cluster.gpu, work, model, shard, layout.keep_gathered)
-    # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers; in
-    # that backward (3 of a layer's 4 passes with recomputation, 2 of 3 without; selective, half the
-    # layers each: 2.5 of 3.5), the reductions. The root's first gather must land before anything computes.
-    # Kept gathered, every layer is gathered in the first micro-batch's forward (the rest of its
-    # passes), and nothing moves in the other micro-batches.
-    backward_share = {"none": 2 / 3, "selective": 5 / 7, "full": 0.75}[work.activation_checkpointing]
-    window = compute_s * backward_share / m
-    gather_window = compute_s * (1 - backward_share) / m if layout.keep_gathered else compute_s - window
+    # The step's compute: the optimizer once, at its end; the rest per micro-batch. A micro-batch's layers take 3
+    # passes (forward and two of backward), 4 with recomputation, 3.5 with selective (half the layers); the LM head 3,
+    # all in the forward (the fused loss takes the head's gradients there, and recomputation leaves it alone).
+    optimizer_s = min(compute_s, calibration.optimizer_seconds(cluster.gpu, model, work.lora_rank, shard))
+    micro_batch_s = (compute_s - optimizer_s) / m
+    passes = {"none": 3, "selective": 3.5, "full": 4}[work.activation_checkpointing]
+    head_flops = 6 * model.hidden * model.vocab / model.flops_per_token(work.seq_len)
+    head_s = micro_batch_s * 3 * head_flops / (3 * head_flops + passes * (1 - head_flops))
+    layer_s = (micro_batch_s - head_s) / model.layers
+    backward_s = (micro_batch_s - head_s) * (passes - 1) / passes  # one micro-batch's backward
+    # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers (kept gathered, all of
+    # them in the first micro-batch's forward); in that backward, the reductions. The root's first gather must land
+    # before anything computes, and its gradient, complete only after the embedding's backward, is reduced after all
+    # compute. Where a link bounds a phase, the compute that cannot overlap its transfers runs in series with them:
+    # kept gathered, the last layer's forward and the head after the last gather; before the first reduction, the
+    # last layer's backward. The optimizer follows the last reduction.
+    gather_window = micro_batch_s - backward_s if layout.keep_gathered else compute_s - optimizer_s - backward_s
+    after_gathers = layer_s / passes + head_s if layout.keep_gathered else 0.0
     root_first = {"intra": weight_root * _gather_factor(shard), "inter": 0.0 if hybrid or nodes == 1
                   else weight_root * _gather_factor(shard)}
-    # Where a link bounds a phase, the compute that cannot start before its last transfer, or must end before its
-    # first, adds to it. Kept gathered, the gathers end in the first forward: after the last, the last layer's
-    # forward and the LM head (the fused loss runs the head's forward and backward there). Otherwise the gathers
-    # run through forwards and backwards alike, and the head computes between them. Before the first reduction,
-    # the last layer's backward; after the last, the optimizer.
-    micro_batch_s = compute_s / m
-    head_share = 6 * model.hidden * model.vocab / model.flops_per_token(work.seq_len)
-    layer_s = micro_batch_s * (1 - head_share) / model.layers
-    after_gathers = layer_s * (1 - backward_share) + micro_batch_s * head_share if layout.keep_gathered else 0.0
-    around_reductions = layer_s * backward_share + calibration.optimizer_seconds(cluster.gpu, model, work.lora_rank, shard)
+    root_grad = REDUCE_DTYPES[layout.reduce_dtype] * (0 if work.lora_rank else model.root_params)
+    root_last = {"intra": root_grad * _gather_factor(shard),
+                 "inter": 2 * root_grad * _gather_factor(nodes) if hybrid
+                 else 0.0 if nodes == 1 else root_grad * _gather_factor(shard)}
+    layers_tail = {k: tail[k] - root_last[k] for k in tail}
     step_s = (seconds(root_first) + max(gather_window, seconds(spread) + after_gathers)
-              + (compute_s - window - gather_window) + max(window, seconds(tail) + around_reductions))
+              + (compute_s - optimizer_s - backward_s - gather_window)
+              + max(backward_s, layer_s * (passes - 1) / passes + seconds(layers_tail)) + seconds(root_last) + optimizer_s)
     exposed_s = step_s - compute_s
 
     memory = memory_bytes(model, work, layout, shard, calibration) * calibration.allocator_overhead
