@@ -195,12 +195,21 @@ def test_reductions_move_only_in_the_last_micro_batchs_backward():
     (6 x 1,536 x 151,936 / 10,319,250,432) against the layers' 4: 10.534%, 0.07480 s; the layers' backward 3/4 of
     the other 0.63523 s = 0.47642 s, the last layer's 0.01701 s. The fp32 all-reduce, 2 x 4 B x 1,543,714,304 x 1/2
     at 60% of 5 GB/s = 2.05829 s, is the layers' 1.74712 s, which waits for the last layer's backward, and the
-    root's 0.31117 s, which waits for all compute. With the root's first gather (0.0182 s): exposed
-    0.0182 + 0.01701 + 1.74712 - 0.47642 + 0.31117 = 1.61708 s."""
+    root's 0.31117 s, which waits for all compute and for the root's reduce-scatter in the node (one tensor, so in
+    series: 4 B x 233,373,696 x 3/4 at 60% of 32 GB/s = 0.03646 s). With the root's first gather (0.0182 s): exposed
+    0.0182 + 0.01701 + 1.74712 - 0.47642 + 0.03646 + 0.31117 = 1.65354 s."""
     work = plan.Workload(seq_len=2048, micro_batch=1, grad_accum=16, activation_checkpointing=True)
     e = plan.estimate(QWEN, work, G6, plan.Layout("hybrid"))
     assert e.compute_s == pytest.approx(11.4373, rel=1e-4)
-    assert e.exposed_s == pytest.approx(1.61708, rel=1e-4)
+    assert e.exposed_s == pytest.approx(1.65354, rel=1e-4)
+
+
+def test_the_bound_names_the_link_the_step_waits_on_not_the_busiest():
+    """The case above: the in-node link carries more seconds (16 micro-batches' gathers) than the network, but hides
+    them behind the compute; of the 1.65354 s exposed, only the root's first gather and its in-node reduce-scatter
+    (0.0182 + 0.03646 s) are in-node, the rest waits on the network's all-reduce."""
+    e = plan.estimate(QWEN, plan.Workload(2048, 1, 16, True, 2048), G6, plan.Layout("hybrid"))
+    assert e.intra_s > e.inter_s and e.bound == "inter-node link-bound"
 
 
 @pytest.mark.parametrize("model", ["qwen2.5-1.5b", "qwen2.5-7b", "tiny"])
@@ -230,6 +239,9 @@ H200 = GPUS["H200"]
 SOCKETS_GBPS = 3.219
 MISSES = {
     "run spread": "the same settings measured 1,783 tok/s in the layouts run: runs differ by 22%",
+    "slower under compute": "over sockets the h200 shape's step outlasts its collectives, each timed alone in the same "
+                            "run, by more than the compute that cannot overlap them (the test below): sent back to "
+                            "back at the rate measured alone, all four such cases are 8-16% fast",
 }
 
 
@@ -246,7 +258,7 @@ H2S = (4096, 8, False, 8192)
 H200_CASES = [
     ("full", "trainer, h200 profile (default)", 50_397, 2, False, H2S, 1, "full+gathered", None),
     ("full", "trainer, l4 profile, memory capped at 22 GiB", 9_067, 2, False, L4S, 1, "full", None),
-    ("full", "trainer, h200 profile (default), NCCL sockets only", 18_270, 2, True, H2S, 1, "full+gathered", None),
+    ("full", "trainer, h200 profile (default), NCCL sockets only", 18_270, 2, True, H2S, 1, "full+gathered", "slower under compute"),
     ("full", "trainer, h200 profile (default), one GPU", 52_001, 1, False, H2S, 1, "full+gathered", None),
     ("l4", "trainer, l4 profile, capped at 22 GiB", 11_850, 2, False, L4S, 4, "full", None),
     ("l4", "trainer, l4 profile, capped at 22 GiB, NCCL sockets only", 2_170, 2, True, L4S, 4, "full", "run spread"),
@@ -263,7 +275,7 @@ H200_CASES = [
     ("layouts-sockets", "l4 shape, full+gathered, sockets", 4_091, 2, True, L4S, 4, "full+gathered", None),
     ("layouts-sockets", "l4 shape, hybrid, sockets", 3_310, 2, True, L4S, 4, "hybrid", None),
     ("layouts-sockets", "l4 shape, hybrid+bf16, sockets", 5_465, 2, True, L4S, 4, "hybrid+bf16", None),
-    ("layouts-sockets", "h200 shape, full, sockets", 15_240, 2, True, H2S, 1, "full", None),
+    ("layouts-sockets", "h200 shape, full, sockets", 15_240, 2, True, H2S, 1, "full", "slower under compute"),
     ("layouts-sockets", "h200 shape, full+gathered, sockets", 19_647, 2, True, H2S, 1, "full+gathered", None),
     ("layouts-sockets", "h200 shape, hybrid+gathered, sockets", 13_057, 2, True, H2S, 1, "hybrid+gathered", None),
     ("variants", "trainer, h200 profile (default)", 49_092, 2, False, H2S, 1, "full", None),
@@ -290,6 +302,26 @@ def test_every_h200_measurement_within_15_percent(file, name, measured, gpus, so
     recorded = case(f"2026-11-30-h200x2-{file}.json", name)
     assert recorded["tokens_per_s_per_gpu"] == pytest.approx(measured, abs=1)  # the literal is the file's
     assert predicted_tokens_per_s(gpus, sockets, shape, accum, layout) == pytest.approx(measured, rel=0.15)
+
+
+def test_over_sockets_the_h200_shapes_step_outlasts_its_collectives_timed_alone():
+    """The layouts run timed each collective alone over sockets. Full sharding, one micro-batch: the root's all-gather
+    0.0705 s, 28 layers gathered twice at 0.014537 s, reduce-scattered at 0.027363 s, the root's reduce-scatter
+    0.142954 s: 1.7937 s; kept gathered, one gather per layer: 1.3867 s. The steps took 2.1501 s and 1.6678 s
+    (1.7935 s in the full run): 0.28-0.41 s more, where the compute that cannot overlap them (the first and last
+    layer, the head, the optimizer) is under 0.1 s of a 0.65 s step. The collectives ran slower beside compute."""
+    data = json.loads((RESULTS / "2026-11-30-h200x2-layouts-sockets.json").read_text())
+    alone = {name: c["seconds"] for name, c in data["links"]["layouts-sockets"].items()}
+    layers = QWEN.layers
+    full = alone["all_gather root"] + 2 * layers * alone["all_gather layer"] + layers * alone["reduce_scatter layer"] + \
+        alone["reduce_scatter root"]
+    kept = full - layers * alone["all_gather layer"]
+    assert (full, kept) == pytest.approx((1.7937, 1.3867), abs=1e-4)
+    step = {c["name"]: c["step_time_s"] for c in data["cases"]}
+    assert step["h200 shape, full, sockets"] - full > 0.35
+    assert step["h200 shape, full+gathered, sockets"] - kept > 0.28
+    serial = plan.estimate(QWEN, plan.Workload(4096, 8, 1, False, 8192), h200_cluster(2, True), LAYOUTS["full"])
+    assert serial.compute_s < 0.66 and serial.step_s - full < 0.1  # the planner's step: the collectives and < 0.1 s
 
 
 @pytest.mark.parametrize("measured_step_s", [0.6484, 0.6395])  # sft-checkpoint-h200-{pinned,unpinned}.json baselines
@@ -393,11 +425,11 @@ def test_auto_on_p5_never_picks_what_does_not_fit_and_keeps_the_batch(capsys):
     out = capsys.readouterr().out
     assert ("auto: nothing fits: --micro-batch: 8 x 4096 tokens per micro-batch without recomputation needs 88.0 "
             "GiB/GPU") in out
-    assert "micro-batch 4 x 2 accumulation, no recomputation fits at 57.9 GiB" in out
+    assert "micro-batch 4 x 2 accumulation, no recomputation fits at 56.6 GiB" in out
     # Left to auto, the micro-batch is that one: the fastest of the divisors of 8 that fits.
     assert plan.main(["--instance-type", "p5.48xlarge", "--profile", "h200", "--activation-checkpointing", "none",
                       "--reduce-dtype", "fp32"]) == 0
-    assert "\nauto: hybrid+gathered, micro-batch 4 x 2 accumulation, no recomputation: fastest that fits" in (
+    assert "\nauto: full+gathered, micro-batch 4 x 2 accumulation, no recomputation: fastest that fits" in (
         capsys.readouterr().out)
 
 
@@ -710,11 +742,12 @@ def test_without_recomputation_the_reductions_hide_behind_two_thirds_of_the_last
     (its 3 passes against the layers' 3: 0.08768 s) leaves the layers 0.55848 s, their backward 0.37232 s, the last
     layer's 0.01330 s. The weight gathers (2 B x (2 x 1,310,339,072 + 233,375,232) x 3/4 at 19.2 GB/s = 0.2230 s)
     hide in the 0.2738 s before it. The all-reduce: the layers' 1.74712 s after the last layer's backward, the
-    root's 0.31117 s after all compute; the root's first gather 2 x 233,375,232 x 3/4 = 350,062,848 B at 19.2 GB/s =
-    0.0182 s. Exposed: 0.0182 + 0.01330 + 1.74712 - 0.37232 + 0.31117 = 1.71747 s."""
+    root's 0.31117 s after all compute and its reduce-scatter in the node (0.03646 s, above); the root's first gather
+    2 x 233,375,232 x 3/4 = 350,062,848 B at 19.2 GB/s = 0.0182 s. Exposed: 0.0182 + 0.01330 + 1.74712 - 0.37232 +
+    0.03646 + 0.31117 = 1.75393 s."""
     e = plan.estimate(QWEN, plan.Workload(2048, 1, 1, False, 2048), G6, plan.Layout("hybrid"))
     assert e.compute_s == pytest.approx(0.7230, rel=1e-4)
-    assert e.exposed_s == pytest.approx(1.71747, rel=1e-4)
+    assert e.exposed_s == pytest.approx(1.75393, rel=1e-4)
 
 
 def test_flops_per_step_are_the_model_flops_of_every_token_of_the_step():
@@ -966,20 +999,20 @@ def test_table_ends_with_the_basis_of_its_compute_term():
 
 
 def test_batch_line_prices_the_same_tokens_at_the_larger_batch():
-    """At 4 micro-batches the links cost 0.588 s of a 3.505 s step (17%); from 8 (131,072 tokens per step, 6.345 s per
-    step) at most 10%: 200 x 65,536 = 13,107,200 tokens take 100 steps, 100 x 6.345 = 634.5 s = ~11 min, x 2 x $4.6016
-    an hour = $1.62."""
+    """At 4 micro-batches the links cost 0.606 s of a 3.523 s step (17%); from 8 (131,072 tokens per step, 6.363 s per
+    step) at most 10%: 200 x 65,536 = 13,107,200 tokens take 100 steps, 100 x 6.363 = 636.3 s = ~11 min, x 2 x $4.6016
+    an hour = $1.63."""
     line = plan.batch_line(QWEN, L4_SHAPE, G6, plan.choose(QWEN, L4_SHAPE, G6, reduce_dtype="bf16"))
     assert line.startswith("batch: the links cost 17% of the step at 65,536 tokens; from batch_tokens 131,072 ")
-    assert line.endswith("the same 13,107,200 tokens in 100 steps, ~11 min, ~$1.62 (a larger batch changes the "
+    assert line.endswith("the same 13,107,200 tokens in 100 steps, ~11 min, ~$1.63 (a larger batch changes the "
                          "optimisation: retune the learning rate)")
 
 
 def test_batch_line_when_the_batch_already_keeps_the_links_cheap():
-    """At 8 micro-batches the links cost 0.588 s of a 6.345 s step: 9.3%; at 7, 0.588 s of 5.635 s: 10.4%, over 10%."""
+    """At 8 micro-batches the links cost 0.606 s of a 6.363 s step: 9.5%; at 7, 0.606 s of 5.653 s: 10.7%, over 10%."""
     work = plan.Workload(2048, 1, 8, True, 2048)
     line = plan.batch_line(QWEN, work, G6, plan.choose(QWEN, work, G6, reduce_dtype="bf16"))
-    assert line == "batch: 131,072 tokens per step already keeps communication at 9% of the step (at most 10%)"
+    assert line == "batch: 131,072 tokens per step already keeps communication at 10% of the step (at most 10%)"
     seven = plan.Workload(2048, 1, 7, True, 2048)
     assert "from batch_tokens 131,072 " in plan.batch_line(QWEN, seven, G6, plan.choose(QWEN, seven, G6, reduce_dtype="bf16"))
 

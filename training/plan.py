@@ -28,8 +28,11 @@ basis line, say how). Both were measured without and with full recomputation; se
 recomputes half the layers, is costed at the midpoint of the two, per token (one H200 at 4 x 2048 measured it
 7% slower).
 Communication overlaps compute in two phases: the weight gathers until the last micro-batch's backward, the
-gradient reductions during it. Where a link bounds a phase, the compute that cannot overlap it runs in series with
-it (estimate says which).
+gradient reductions during it, beside that backward's re-gathers. Where a link bounds a phase, the compute that
+cannot overlap it runs in series with it (estimate says which). The link a step is bound by is the one whose time,
+were it free, the step would lose the most of: not always the busiest, whose time may hide behind compute.
+Collectives run at the rate measured for each alone; over NCCL sockets they ran 13-22% slower beside compute
+(docs/benchmarks.md), which this model does not know.
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
 through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
@@ -51,6 +54,9 @@ SHARDINGS = ("full", "hybrid")
 # The rank the planner suggests when full fine-tuning does not fit (peft's examples use 8 to 64).
 LORA_RANK_SUGGESTED = 16
 REDUCE_DTYPES = {"fp32": 4, "bf16": 2}
+# The share of the step the links may take beyond the compute: more, and the step is link-bound and the batch is
+# worth raising.
+LINK_SHARE_TARGET = 0.10
 
 
 @dataclass(frozen=True)
@@ -457,14 +463,9 @@ class Estimate:
     """Against the datasheet peak, as the trainer's log reports it."""
     run_s: float
     run_usd: float
-
-    @property
-    def bound(self) -> str:
-        """compute-bound when communication hides behind compute (the step is within 10% of the compute
-        alone), else bound by the link that carries the most time."""
-        if self.step_s <= 1.1 * self.compute_s:
-            return "compute-bound"
-        return ("intra-node link" if self.intra_s > self.inter_s else "inter-node link") + "-bound"
+    bound: str
+    """compute-bound where what communication adds to the compute is at most LINK_SHARE_TARGET of the step, else
+    bound by the link whose time, were it free, the step would lose the most of."""
 
 
 def _gather_factor(n: int) -> float:
@@ -483,8 +484,11 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once
     # per micro-batch (it stays gathered from forward through backward). They move while any micro-batch computes.
     gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * (1 if layout.keep_gathered else m)
-    # The gradient reductions move only during the last micro-batch's backward (sync is off before it).
-    spread_shard, tail_shard = gathered * _gather_factor(shard), grad * _gather_factor(shard)
+    # The gradient reductions move only during the last micro-batch's backward (sync is off before it), beside that
+    # backward's re-gathers of the layers (none kept gathered).
+    regathered = 0.0 if layout.keep_gathered else weight_layers * _gather_factor(shard)
+    spread_shard = gathered * _gather_factor(shard) - regathered
+    tail_shard = grad * _gather_factor(shard) + regathered
     replica_traffic = 2 * grad * _gather_factor(nodes) if hybrid else 0.0  # the all-reduce, per node
     link = calibration.link_efficiency
     intra_gbps = cluster.gpu.intra_node_gbps * link
@@ -497,7 +501,6 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
         spread = {"intra": spread_shard, "inter": spread_shard}
         tail = {"intra": tail_shard, "inter": tail_shard}
     rate = {"intra": intra_gbps * 1e9, "inter": inter_gbps * 1e9}
-    seconds = lambda traffic: max(traffic[k] / rate[k] if traffic[k] else 0.0 for k in rate)  # noqa: E731
     intra_bytes, inter_bytes = spread["intra"] + tail["intra"], spread["inter"] + tail["inter"]
     intra_s = intra_bytes / rate["intra"] if intra_bytes else 0.0
     inter_s = inter_bytes / rate["inter"] if inter_bytes else 0.0
@@ -529,9 +532,25 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
                  "inter": 2 * root_grad * _gather_factor(nodes) if hybrid
                  else 0.0 if nodes == 1 else root_grad * _gather_factor(shard)}
     layers_tail = {k: tail[k] - root_last[k] for k in tail}
-    step_s = (seconds(root_first) + max(gather_window, seconds(spread) + after_gathers)
-              + (compute_s - optimizer_s - backward_s - gather_window)
-              + max(backward_s, layer_s * (passes - 1) / passes + seconds(layers_tail)) + seconds(root_last) + optimizer_s)
+    layers_spread = {k: spread[k] - root_first[k] for k in spread}
+
+    def step_seconds(rate: dict[str, float]) -> float:
+        # Per layer, the links work side by side (hybrid pipelines a layer's reduce-scatter with the last one's
+        # all-reduce); the root's hybrid reduction is one tensor, reduce-scattered and then all-reduced.
+        side_by_side = lambda traffic: max(traffic[k] / rate[k] if traffic[k] else 0.0 for k in rate)  # noqa: E731
+        root_reduction_s = (sum(root_last[k] / rate[k] if root_last[k] else 0.0 for k in rate) if hybrid
+                            else side_by_side(root_last))
+        return (side_by_side(root_first) + max(gather_window, side_by_side(layers_spread) + after_gathers)
+                + (compute_s - optimizer_s - backward_s - gather_window)
+                + max(backward_s, layer_s * (passes - 1) / passes + side_by_side(layers_tail)) + root_reduction_s
+                + optimizer_s)
+
+    step_s = step_seconds(rate)
+    # The bounding link is the one whose time, were it free, the step would lose the most of.
+    saved = {k: step_s - step_seconds({**rate, k: float("inf")}) for k in rate}
+    slowest = max(saved, key=saved.get)
+    bound = ("compute-bound" if step_s - compute_s <= LINK_SHARE_TARGET * step_s
+             else {"intra": "intra-node", "inter": "inter-node"}[slowest] + " link-bound")
     exposed_s = step_s - compute_s
 
     memory = memory_bytes(model, work, layout, shard, calibration) * calibration.allocator_overhead
@@ -542,7 +561,7 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
         compute_s=compute_s, intra_s=intra_s, inter_s=inter_s, exposed_s=exposed_s, step_s=step_s,
         memory_gib=memory / GIB, fits=memory <= usable_bytes(cluster.gpu), tokens_per_s_per_gpu=tokens_per_s,
         mfu=tokens_per_s * model.flops_per_token(work.seq_len) / (cluster.gpu.bf16_tflops * 1e12),
-        run_s=run_s, run_usd=cluster.usd_per_hour * run_s / 3600,
+        run_s=run_s, run_usd=cluster.usd_per_hour * run_s / 3600, bound=bound,
     )
 
 
@@ -707,10 +726,6 @@ def auto_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estim
         line += (f"; faster but too big: {top.layout.name}, {describe_shape(top.work)} "
                  f"(~{top.step_s:.2f} s/step, {top.memory_gib:.1f} GiB/GPU)")
     return line
-
-
-# The share of the step the links may take beyond the compute before the batch is worth raising.
-LINK_SHARE_TARGET = 0.10
 
 
 def link_bound_batch(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout,
