@@ -160,7 +160,7 @@ class _Probe(torch.nn.Module):
     def set_requires_gradient_sync(self, on: bool) -> None:  # FSDP2's switches: nothing to do on one process
         pass
 
-    def set_reshard_after_backward(self, on: bool) -> None:
+    def set_reshard_after_backward(self, on: bool, *, recurse: bool = True) -> None:
         pass
 
     def forward(self, input_ids, labels, scale=1.0):
@@ -252,18 +252,21 @@ class _Recording(_Probe):
     def set_requires_gradient_sync(self, on: bool) -> None:
         self.sync.append(on)
 
-    def set_reshard_after_backward(self, on: bool) -> None:
-        self.reshard.append(on)
+    def set_reshard_after_backward(self, on: bool, *, recurse: bool = True) -> None:
+        self.reshard.append((on, "every unit" if recurse else "the root"))
 
 
 def test_gradients_are_reduced_once_after_the_last_micro_batch():
-    """3 micro-batches: FSDP's sync (and, kept gathered, the reshard) is off, off, on."""
+    """3 micro-batches: FSDP's sync is off, off, on; so is the reshard after backward, of the root alone (gathered
+    once a step), or kept gathered, of every unit."""
     model = _Recording()
     _step(model, grad_accum=3)
-    assert model.sync == [False, False, True] and model.reshard == []
+    assert model.sync == [False, False, True]
+    assert model.reshard == [(False, "the root"), (False, "the root"), (True, "the root")]
     model = _Recording()
     _step(model, grad_accum=3, keep_weights_gathered=True)
-    assert model.sync == [False, False, True] and model.reshard == [False, False, True]
+    assert model.sync == [False, False, True]
+    assert model.reshard == [(False, "every unit"), (False, "every unit"), (True, "every unit")]
 
 
 def test_a_step_of_two_micro_batches_is_their_mean_over_all_four_targets():

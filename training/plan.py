@@ -10,7 +10,7 @@ smallest batch that keeps the links at most 10% of the step.
 
 Layouts:
 - full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
-  and again in backward (the root, embedding and final norm, once); the last micro-batch
+  and again in backward (the root, embedding and final norm, once a step); the last micro-batch
   reduce-scatters the gradients. On several nodes all of it crosses the inter-node link.
 - hybrid: a 2-D mesh, replicas across nodes, shards within a node (HSDP). All-gathers and the
   reduce-scatter stay inside the node; once per step each GPU all-reduces its gradient shard with
@@ -429,6 +429,9 @@ class Layout:
     sharding: str = "full"
     keep_gathered: bool = False
     reduce_dtype: str = "fp32"
+    root_regathered: bool = False
+    """The root gathered again before every micro-batch, as the trainer did until 2026-12-02 (training.step now
+    keeps it gathered until the step's last backward); the benchmark runs recorded before then measured that."""
 
     @property
     def name(self) -> str:
@@ -481,9 +484,10 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     m = work.grad_accum
     weight_layers, weight_root = 2 * model.layer_params, 2 * model.root_params  # bf16
     grad = REDUCE_DTYPES[layout.reduce_dtype] * model.trained_params(work.lora_rank)
-    # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once
-    # per micro-batch (it stays gathered from forward through backward). They move while any micro-batch computes.
-    gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * (1 if layout.keep_gathered else m)
+    # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once per
+    # step (training.step keeps it gathered until the last backward), each before the micro-batch that needs it.
+    root_gathers = m if layout.root_regathered and not layout.keep_gathered else 1
+    gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * root_gathers
     # The gradient reductions move only during the last micro-batch's backward (sync is off before it), beside that
     # backward's re-gathers of the layers (none kept gathered).
     regathered = 0.0 if layout.keep_gathered else weight_layers * _gather_factor(shard)
@@ -518,21 +522,27 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     layer_s = (micro_batch_s - head_s) / model.layers
     backward_s = (micro_batch_s - head_s) * (passes - 1) / passes  # one micro-batch's backward
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers (kept gathered, all of
-    # them in the first micro-batch's forward); in that backward, the reductions. The root's first gather must land
-    # before anything computes, and its gradient, complete only after the embedding's backward, is reduced after all
-    # compute. Where a link bounds a phase, the compute that cannot overlap its transfers runs in series with them:
-    # kept gathered, the last layer's forward and the head after the last gather; before the first reduction, the
-    # last layer's backward. The optimizer follows the last reduction.
+    # them in the first micro-batch's forward); in that backward, the reductions (and the layers' re-gathers). The
+    # root's gather must land before the micro-batch that needs it computes, and its gradient, complete only after the embedding's
+    # backward, is reduced after all compute. Where a link bounds a phase, the compute that cannot overlap its
+    # transfers runs in series with them: kept gathered, the last layer's forward and the head after the last gather,
+    # and the last layer's backward before the first reduction (a link that re-gathers starts that phase with the
+    # last layer's gather; hybrid's cross-node all-reduce waits for the last layer's backward and reduce-scatter).
+    # The optimizer follows the last reduction.
     gather_window = micro_batch_s - backward_s if layout.keep_gathered else compute_s - optimizer_s - backward_s
     after_gathers = layer_s / passes + head_s if layout.keep_gathered else 0.0
-    root_first = {"intra": weight_root * _gather_factor(shard), "inter": 0.0 if hybrid or nodes == 1
-                  else weight_root * _gather_factor(shard)}
+    # Before its first reduction a link waits for the last layer's backward, unless it starts on re-gathers.
+    last_backward = layer_s * (passes - 1) / passes
+    before_reductions = {"intra": last_backward if layout.keep_gathered else 0.0,
+                         "inter": last_backward if layout.keep_gathered or hybrid else 0.0}
+    root_gathered = weight_root * root_gathers * _gather_factor(shard)
+    root_gather = {"intra": root_gathered, "inter": 0.0 if hybrid or nodes == 1 else root_gathered}
     root_grad = REDUCE_DTYPES[layout.reduce_dtype] * (0 if work.lora_rank else model.root_params)
     root_last = {"intra": root_grad * _gather_factor(shard),
                  "inter": 2 * root_grad * _gather_factor(nodes) if hybrid
                  else 0.0 if nodes == 1 else root_grad * _gather_factor(shard)}
     layers_tail = {k: tail[k] - root_last[k] for k in tail}
-    layers_spread = {k: spread[k] - root_first[k] for k in spread}
+    layers_spread = {k: spread[k] - root_gather[k] for k in spread}
 
     def step_seconds(rate: dict[str, float]) -> float:
         # Per layer, the links work side by side (hybrid pipelines a layer's reduce-scatter with the last one's
@@ -540,9 +550,10 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
         side_by_side = lambda traffic: max(traffic[k] / rate[k] if traffic[k] else 0.0 for k in rate)  # noqa: E731
         root_reduction_s = (sum(root_last[k] / rate[k] if root_last[k] else 0.0 for k in rate) if hybrid
                             else side_by_side(root_last))
-        return (side_by_side(root_first) + max(gather_window, side_by_side(layers_spread) + after_gathers)
+        return (side_by_side(root_gather) + max(gather_window, side_by_side(layers_spread) + after_gathers)
                 + (compute_s - optimizer_s - backward_s - gather_window)
-                + max(backward_s, layer_s * (passes - 1) / passes + side_by_side(layers_tail)) + root_reduction_s
+                + max([backward_s, *(before_reductions[k] + layers_tail[k] / rate[k] for k in rate if layers_tail[k])])
+                + root_reduction_s
                 + optimizer_s)
 
     step_s = step_seconds(rate)

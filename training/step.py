@@ -86,8 +86,10 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
         last = micro == grad_accum - 1
         # FSDP2 reduce-scatters only after the last micro-batch's backward.
         model.set_requires_gradient_sync(last)
-        if keep_weights_gathered:
-            model.set_reshard_after_backward(last)
+        # The root (embedding, final norm) runs first in every forward: resharded after a backward, it would be
+        # gathered again before the next micro-batch could start, with nothing to hide behind. Kept gathered until the
+        # last backward, it is gathered once a step, at no extra peak memory (it is gathered in every micro-batch).
+        model.set_reshard_after_backward(last, recurse=keep_weights_gathered)
         loss = model(**{k: v.to(device, non_blocking=True) for k, v in model_inputs(batch).items()}, scale=scale)
         loss.backward()
         loss_sum += loss.detach()
