@@ -486,8 +486,8 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     grad = REDUCE_DTYPES[layout.reduce_dtype] * model.trained_params(work.lora_rank)
     # All-gathered bytes per step: layers twice per micro-batch (or once per step kept gathered), the root once per
     # step (training.step keeps it gathered until the last backward), each before the micro-batch that needs it.
-    root_gathers = m if layout.root_regathered and not layout.keep_gathered else 1
-    gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * root_gathers
+    root_gathers_per_step = m if layout.root_regathered and not layout.keep_gathered else 1
+    gathered = weight_layers * (1 if layout.keep_gathered else 2 * m) + weight_root * root_gathers_per_step
     # The gradient reductions move only during the last micro-batch's backward (sync is off before it), beside that
     # backward's re-gathers of the layers (none kept gathered).
     regathered = 0.0 if layout.keep_gathered else weight_layers * _gather_factor(shard)
@@ -523,8 +523,8 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     backward_s = (micro_batch_s - head_s) * (passes - 1) / passes  # one micro-batch's backward
     # Two phases: until the last micro-batch's backward, compute overlaps the weight gathers (kept gathered, all of
     # them in the first micro-batch's forward); in that backward, the reductions (and the layers' re-gathers). The
-    # root's gather must land before the micro-batch that needs it computes, and its gradient, complete only after the embedding's
-    # backward, is reduced after all compute. Where a link bounds a phase, the compute that cannot overlap its
+    # root's gather must land before the micro-batch that needs it computes, and its gradient, complete only after
+    # the embedding's backward, is reduced after all compute. Where a link bounds a phase, the compute that cannot overlap its
     # transfers runs in series with them: kept gathered, the last layer's forward and the head after the last gather,
     # and the last layer's backward before the first reduction (a link that re-gathers starts that phase with the
     # last layer's gather; hybrid's cross-node all-reduce waits for the last layer's backward and reduce-scatter).
@@ -535,14 +535,14 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
     last_backward = layer_s * (passes - 1) / passes
     before_reductions = {"intra": last_backward if layout.keep_gathered else 0.0,
                          "inter": last_backward if layout.keep_gathered or hybrid else 0.0}
-    root_gathered = weight_root * root_gathers * _gather_factor(shard)
-    root_gather = {"intra": root_gathered, "inter": 0.0 if hybrid or nodes == 1 else root_gathered}
+    root_gathered = weight_root * root_gathers_per_step * _gather_factor(shard)
+    root_gather_bytes = {"intra": root_gathered, "inter": 0.0 if hybrid or nodes == 1 else root_gathered}
     root_grad = REDUCE_DTYPES[layout.reduce_dtype] * (0 if work.lora_rank else model.root_params)
     root_last = {"intra": root_grad * _gather_factor(shard),
                  "inter": 2 * root_grad * _gather_factor(nodes) if hybrid
                  else 0.0 if nodes == 1 else root_grad * _gather_factor(shard)}
     layers_tail = {k: tail[k] - root_last[k] for k in tail}
-    layers_spread = {k: spread[k] - root_gather[k] for k in spread}
+    layers_spread = {k: spread[k] - root_gather_bytes[k] for k in spread}
 
     def step_seconds(rate: dict[str, float]) -> float:
         # Per layer, the links work side by side (hybrid pipelines a layer's reduce-scatter with the last one's
@@ -550,19 +550,18 @@ def estimate(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout
         side_by_side = lambda traffic: max(traffic[k] / rate[k] if traffic[k] else 0.0 for k in rate)  # noqa: E731
         root_reduction_s = (sum(root_last[k] / rate[k] if root_last[k] else 0.0 for k in rate) if hybrid
                             else side_by_side(root_last))
-        return (side_by_side(root_gather) + max(gather_window, side_by_side(layers_spread) + after_gathers)
+        return (side_by_side(root_gather_bytes) + max(gather_window, side_by_side(layers_spread) + after_gathers)
                 + (compute_s - optimizer_s - backward_s - gather_window)
                 + max([backward_s, *(before_reductions[k] + layers_tail[k] / rate[k] for k in rate if layers_tail[k])])
                 + root_reduction_s
                 + optimizer_s)
 
     step_s = step_seconds(rate)
+    exposed_s = step_s - compute_s
     # The bounding link is the one whose time, were it free, the step would lose the most of.
     saved = {k: step_s - step_seconds({**rate, k: float("inf")}) for k in rate}
     slowest = max(saved, key=saved.get)
-    bound = ("compute-bound" if step_s - compute_s <= LINK_SHARE_TARGET * step_s
-             else {"intra": "intra-node", "inter": "inter-node"}[slowest] + " link-bound")
-    exposed_s = step_s - compute_s
+    bound = "compute-bound" if exposed_s <= LINK_SHARE_TARGET * step_s else f"{slowest}-node link-bound"
 
     memory = memory_bytes(model, work, layout, shard, calibration) * calibration.allocator_overhead
     tokens_per_s = work.tokens_per_step / step_s
@@ -742,11 +741,11 @@ def auto_line(model: ModelShape, work: Workload, cluster: Cluster, chosen: Estim
 def link_bound_batch(model: ModelShape, work: Workload, cluster: Cluster, layout: Layout,
                      calibration: Calibration = CALIBRATION, limit: int = 4096) -> Estimate | None:
     """The smallest batch (more micro-batches per step at the same micro-batch) whose communication beyond
-    the compute is at most LINK_SHARE_TARGET of the step; None within `limit` micro-batches (the gathers
-    of full sharding grow with every micro-batch, so its share may never fall that low)."""
+    the compute is at most LINK_SHARE_TARGET of the step (its estimate is compute-bound); None within `limit`
+    micro-batches (the gathers of full sharding grow with every micro-batch, so its share may never fall that low)."""
     for accum in range(1, limit + 1):
         e = estimate(model, dataclasses.replace(work, grad_accum=accum), cluster, layout, calibration)
-        if e.exposed_s <= LINK_SHARE_TARGET * e.step_s:
+        if e.bound == "compute-bound":
             return e if e.fits else None
     return None
 
