@@ -96,7 +96,7 @@ train-local: $(VENV)/.dev-deps
 # assistant turns only, 10% held out for validation; then the report.
 SFT_RUN ?= local-sft-$(shell date +%s)
 sft-local: $(VENV)/.dev-deps
-	test -f runs/tiny-chat-model/config.json || $(PY) -m training.tiny_model runs/tiny-chat-model
+	test -f runs/tiny-chat-model/config.json || $(PY) -m benchmarks.tiny_model runs/tiny-chat-model
 	$(PY) -m training.train --local --workers 2 --model $(CURDIR)/runs/tiny-chat-model \
 		--data $(CURDIR)/tests/data/chat.jsonl --val-fraction 0.1 --eval-every 10 --eval-batches 8 \
 		--steps 80 --seq-len 128 --micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
@@ -112,7 +112,7 @@ report: $(VENV)/.synth-deps
 # as it was for the figures in docs/benchmarks.md.
 bench: $(VENV)/.train-deps
 	NCCL_NVLS_ENABLE=$${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=$${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
-	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m training.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
+	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m benchmarks.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
 
 # peft and the two of its dependencies a bare GPU machine lacks, and the peer recipe's liger-kernel
 # (pure Python on torch and Triton), as wheels in .whl/: `--suite lora` and `--suite mfu` install

@@ -1,4 +1,4 @@
-"""GPU benchmark of the trainer: `python -m training.bench --help`.
+"""GPU benchmark of the trainer: `python -m benchmarks.bench --help`.
 
 Runs the trainer's own model build (build_model), FSDP2 wiring and training step (train_step)
 under torchrun on the GPUs of one machine, without Ray, on Qwen2.5-1.5B with random init and
@@ -378,7 +378,7 @@ def lora_groups(gpus: int) -> list[Group]:
 
 # The layouts on the target's link: world size 2 as "two nodes of one GPU" (DESIGN: NCCL with P2P and
 # SHM off talks over sockets at about the g6's 40 Gbit/s). A hybrid mesh there is 2 x 1: replication,
-# one gradient all-reduce per step; it calibrates the link and compute terms of training.plan, which
+# one gradient all-reduce per step; it calibrates the link and compute terms of planning.plan, which
 # carries hybrid's in-node advantage at 2 x 4.
 LAYOUT_CASES = [
     ("l4", {}), ("l4", {"reshard_after_forward": False}), ("l4", {"sharding": "hybrid"}),
@@ -388,7 +388,7 @@ LAYOUT_CASES = [
 
 
 def layout_name(profile: str, overrides: dict) -> str:
-    from training.plan import Layout
+    from planning.plan import Layout
 
     layout = Layout(overrides.get("sharding", "full"), not overrides.get(
         "reshard_after_forward", GPU_PROFILES[profile].get("reshard_after_forward", True)), overrides.get("reduce_dtype", "fp32"))
@@ -726,7 +726,7 @@ def link_bandwidth(device, model_name: str, repeats: int = 5) -> dict:
     import torch
     import torch.distributed as dist
 
-    from training.plan import MODELS
+    from planning.plan import MODELS
 
     shape, world = MODELS[model_name], dist.get_world_size()
     layer = shape.layer_params // shape.layers
@@ -916,7 +916,7 @@ def run_group(group: Group, out: Path, args) -> int:
     if group.world_size < args.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(group.world_size))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={group.world_size}",
-               "-m", "training.bench", "--worker", str(spec_file), "--out", str(out), "--model", args.model,
+               "-m", "benchmarks.bench", "--worker", str(spec_file), "--out", str(out), "--model", args.model,
                "--warmup", str(args.warmup), "--steps", str(args.steps)]
     print(f"== group {group.name}: {group.world_size} GPU(s), {len(group.cases)} case(s), env {group.env or 'normal'}", flush=True)
     with open(out / f"group-{group.name}.log", "w", buffering=1) as log:  # a killed run keeps its rows
@@ -933,7 +933,7 @@ EMULATION_PAIRS = {"layouts-sockets": ("layouts-nvlink", ""), "accumulation-sock
 
 
 def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) -> list[dict]:
-    """training.plan's step time for each emulated-link case next to the measured one, twice.
+    """planning.plan's step time for each emulated-link case next to the measured one, twice.
 
     The link is the same run's all-gather bus bandwidth at one decoder layer's size (in the case's NCCL
     environment). "predicted" takes the compute time from the planner's own calibration: the whole model
@@ -941,7 +941,7 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
     communication is small: what it then tests is the traffic and overlap arithmetic alone.
     """
     from training.hardware import GPUS
-    from training.plan import CALIBRATION, MODELS, Cluster, Layout, Workload, estimate
+    from planning.plan import CALIBRATION, MODELS, Cluster, Layout, Workload, estimate
 
     ok = {(r["group"], r["name"]): r for r in rows if "error" not in r}
     out = []
@@ -1060,7 +1060,7 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
     lines += [f"- {line}" for line in round_lines(rows)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
-        lines += ["", "Model against measurement (training.plan; link bandwidth from this run):", "",
+        lines += ["", "Model against measurement (planning.plan; link bandwidth from this run):", "",
                   format_emulation(emulation)]
     text = "\n".join(lines)
     (out / "results.json").write_text(json.dumps({"measured_peak_tflops": measured, "matmul": matmul,
@@ -1071,7 +1071,7 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--suite", default="full",
                         choices=("full", "variants", "mfu", "l4", "smoke", "layouts", "accumulation", "lora"),

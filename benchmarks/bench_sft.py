@@ -1,4 +1,4 @@
-"""GPU figures of the fine-tuning features, on one GPU: `python -m training.bench_sft --out DIR [--part ...]`.
+"""GPU figures of the fine-tuning features, on one GPU: `python -m benchmarks.bench_sft --out DIR [--part ...]`.
 
 masking: the trainer's step on packed documents (position ids restart at each document, lengths
   drawn like chat SFT data) against plain causal attention at the same shapes, with SDPA and with
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    parser = argparse.ArgumentParser(prog="python -m training.bench_sft", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_sft", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--part", choices=("masking", "checkpoint"), action="append")
     parser.add_argument("--profiles", default="h200,l4", help="GPU profiles of the masking part")

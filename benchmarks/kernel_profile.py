@@ -1,8 +1,8 @@
-"""Where a training step's GPU time goes, by kind of kernel: `python -m training.kernel_profile --out DIR`.
+"""Where a training step's GPU time goes, by kind of kernel: `python -m benchmarks.kernel_profile --out DIR`.
 
-The trainer's own step (`training.bench`'s wiring of build_model, apply_fsdp, train_step), at each GPU
+The trainer's own step (`benchmarks.bench`'s wiring of build_model, apply_fsdp, train_step), at each GPU
 profile's shape: on one GPU, or on several under torchrun (`torchrun --nproc-per-node 2 -m
-training.kernel_profile`), where every rank profiles and rank 0 analyses and writes. torch.profiler records every kernel of one step after warm-up; each
+benchmarks.kernel_profile`), where every rank profiles and rank 0 analyses and writes. torch.profiler records every kernel of one step after warm-up; each
 kernel is put in one of three classes:
 
 - matmul: tensor-core kernels (cuBLAS/CUTLASS GEMMs, flash attention): their time scales with the
@@ -17,7 +17,7 @@ the SMs and memory bandwidth with them).
 
 The step's wall time less the kernels' busy time is idle (launch gaps, host work); the profile says where:
 before the first kernel, after the last, and the longest gaps between kernels with what the host was doing.
-The shares of the wall time are what training/plan.py's two-roofline compute model scales to other GPUs.
+The shares of the wall time are what planning/plan.py's two-roofline compute model scales to other GPUs.
 The run also measures the two ceilings of this GPU: a large bf16 matmul and a device-to-device copy.
 """
 
@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.bench import BENCH_MODEL, Case, matmul_rates, unwritable_folder
+from benchmarks.bench import BENCH_MODEL, Case, matmul_rates, unwritable_folder
 
 # Tensor-core kernels: cuBLAS (sm90_xmma, nvjet, *gemm*), CUTLASS, inductor's matmul templates
 # (triton_tem_), and attention (flash / fmha / cuDNN SDPA).
@@ -210,7 +210,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from training.bench import _meta_model, _trainer_step, time_steps
+    from benchmarks.bench import _meta_model, _trainer_step, time_steps
     from training.metrics import model_flops_per_token
 
     cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)
@@ -250,7 +250,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.kernel_profile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kernel_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="profile-out", help="folder for kernel-profile.json")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
     parser.add_argument("--shapes", default=None, help=f"comma-separated indexes into the shapes (0..{len(SHAPES) - 1})")

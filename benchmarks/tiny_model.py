@@ -1,6 +1,6 @@
 """A tiny Qwen2 and a byte-level BPE tokenizer with a ChatML chat template, trained on a local corpus
 and saved as a Hugging Face model folder: real data end to end with no download (tests, the
-local SFT demo). `python -m training.tiny_model OUT [--corpus FILE]`.
+local SFT demo). `python -m benchmarks.tiny_model OUT [--corpus FILE]`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def save_tiny_model(folder: str | Path, corpus: str | Path, seed: int = 0) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.tiny_model", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tiny_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", help="folder to write the model and tokenizer to")
     parser.add_argument("--corpus", default=str(Path(__file__).resolve().parent.parent / "tests" / "data" / "chat.jsonl"))
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""What a deployment will do, before anyone pays: `python -m training.plan --help`.
+"""What a deployment will do, before anyone pays: `python -m planning.plan --help`.
 
 For an instance type, a number of nodes and the training settings, each sharding layout gets its
 FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
@@ -388,7 +388,7 @@ def _interpolate(points: dict, x: float) -> float:
 #   one GPU, the median of five runs on four machines (2026-12-01-h200-one-gpu-compute.json and
 #   -four-machines.json): 43,698 tok/s without recomputation -> 0.572, 37,221 with -> 0.487. One GPU waits on no
 #   gather; before these points the shape was interpolated from 2,048 and 16,384 tokens, 8-18% slow.
-# - kernels (2026-11-30-h200-kernel-profile.json, `python -m training.kernel_profile`, one H200): matmul and
+# - kernels (2026-11-30-h200-kernel-profile.json, `python -m benchmarks.kernel_profile`, one H200): matmul and
 #   attention kernels' seconds and memory-bound kernels' seconds of one step, as model TFLOP/s over the
 #   matmul seconds and microseconds per token: 8 x 4096, no recomputation: 32,768 tokens x 11.376 GFLOP /
 #   0.5185 s = 719 TFLOP/s, 0.1207 s / 32,768 = 3.684 us; with recomputation: 594, 3.840; 1 x 2048 x 4
@@ -905,7 +905,7 @@ def auto_lines(model: ModelShape, work: Workload, cluster: Cluster, keep_gathere
 def main(argv: list[str] | None = None) -> int:
     from training.config import AUTO, GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
 
-    parser = argparse.ArgumentParser(prog="python -m training.plan", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m planning.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of training/hardware.py")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--model", default="qwen2.5-1.5b", help=f"{', '.join(MODELS)} or a hub id of one")

@@ -26,7 +26,7 @@ from cdk_constructs.log_groups import RETENTION_DAYS
 from training.config import GPU_PROFILES
 
 # The cluster trains on L4s (g6.12xlarge) by default: the trainer's l4 profile's sequence length, compile and
-# loss chunk; the micro-batch and recomputation are auto (training.plan's fastest that fits).
+# loss chunk; the micro-batch and recomputation are auto (planning.plan's fastest that fits).
 _L4 = GPU_PROFILES["l4"]
 
 # EKS can create these minor versions (late 2026; 1.29 and 1.30 left extended support).
@@ -71,7 +71,7 @@ class TrainingSettings:
     seq_len: int = field(default=_L4["seq_len"], metadata=_trainer())
     """Tokens per sequence."""
     micro_batch: int | str = field(default="auto", metadata=_trainer())
-    """Sequences per GPU per forward pass, or auto: training.plan picks it (see activation_checkpointing)."""
+    """Sequences per GPU per forward pass, or auto: planning.plan picks it (see activation_checkpointing)."""
     batch_tokens: int = field(default=65_536, metadata=_trainer())
     """Tokens per optimizer step over all GPUs: the batch the optimisation sees. Each GPU's accumulation
     is derived from it (batch_tokens / (GPUs x micro_batch x seq_len); by default 8 GPUs x 4 sequences of
@@ -111,7 +111,7 @@ class TrainingSettings:
     activation memory and half the extra compute of full), full (every layer: least memory, about 1/3 more
     compute), or auto. true and false, the old boolean form, still mean full and none.
     auto, here and for micro_batch: for the GPU type, node count and model (a built-in or its hub id), the trainer
-    takes training.plan's fastest layout (with sharding auto), micro-batch and recomputation that fits in memory,
+    takes planning.plan's fastest layout (with sharding auto), micro-batch and recomputation that fits in memory,
     ties going to the least memory. The micro-batch divides each GPU's sequences per step (batch_tokens / (GPUs x
     seq_len)), so the batch and the optimisation stay as set. Synth prints the pick and why (the trainer logs the
     same line), and refuses in one line, naming the setting to change, when nothing fits; a model of unknown shape
@@ -119,7 +119,7 @@ class TrainingSettings:
     compile: bool = field(default=_L4["compile"], metadata=_trainer())
     """torch.compile each decoder layer (about 1.26x the tokens/s on H200; docs/benchmarks.md)."""
     sharding: str = field(default="auto", metadata=_trainer())
-    """full, hybrid (shard within a node, replicate across nodes), or auto: what training.plan says is
+    """full, hybrid (shard within a node, replicate across nodes), or auto: what planning.plan says is
     fastest and fits for these nodes (hybrid on 2 x g6.12xlarge; docs/benchmarks.md)."""
     reduce_dtype: str = field(default="bf16", metadata=_trainer())
     """Gradient reduction dtype: bf16 halves the bytes on the one EFA link (+52% tokens/s predicted on

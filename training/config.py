@@ -30,7 +30,7 @@ SHARDINGS = ("auto", "full", "hybrid")
 # so memory and recomputation both land halfway between none and full, predictably for the planner.
 RECOMPUTATION = ("none", "selective", "full")
 SELECTIVE_EVERY = 2
-# --micro-batch auto and --activation-checkpointing auto: training.plan picks them (resolve_auto).
+# --micro-batch auto and --activation-checkpointing auto: planning.plan picks them (resolve_auto).
 AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
@@ -77,7 +77,7 @@ class ConfigError(ValueError):
 
 
 class PlanError(ConfigError):
-    """Options that are each valid but that training.plan refuses together: the run does not fit, or auto cannot
+    """Options that are each valid but that planning.plan refuses together: the run does not fit, or auto cannot
     plan it. Raised after every other check, so a value that is wrong in itself is named first."""
 
 
@@ -94,7 +94,7 @@ class TrainConfig:
     seq_len: int = 512
     """Tokens per sequence."""
     micro_batch: int | str = 4
-    """Sequences per worker per forward/backward, or auto: training.plan's fastest split of each worker's share
+    """Sequences per worker per forward/backward, or auto: planning.plan's fastest split of each worker's share
     of --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape)."""
     grad_accum: int = 1
     """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
@@ -113,7 +113,7 @@ class TrainConfig:
     """Gradient-norm clip (0 disables)."""
     activation_checkpointing: str = "none"
     """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
-    selective (every second layer: half of each); or auto (training.plan's fastest that fits, as for
+    selective (every second layer: half of each); or auto (planning.plan's fastest that fits, as for
     --micro-batch auto). The old boolean form still works: the bare flag is full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
@@ -124,7 +124,7 @@ class TrainConfig:
     Off: they stay gathered through backward and through all of a step's micro-batches."""
     sharding: str = "auto"
     """full (FSDP over every GPU), hybrid (shard within a node, replicate across nodes: only one
-    gradient all-reduce per step crosses nodes), or auto (what training.plan says is fastest and fits)."""
+    gradient all-reduce per step crosses nodes), or auto (what planning.plan says is fastest and fits)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
     attention: str = "auto"
@@ -365,9 +365,9 @@ _OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "non
 
 
 def _planned(c: TrainConfig):
-    """(model shape, cluster) of the run where training.plan knows both: a known instance type and model, whole
+    """(model shape, cluster) of the run where planning.plan knows both: a known instance type and model, whole
     nodes of workers (or fewer workers than one node's GPUs); else None."""
-    from training.plan import MODELS, cluster_of
+    from planning.plan import MODELS, cluster_of
 
     spec = INSTANCE_TYPES.get(c.instance_type or "")
     model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
@@ -379,8 +379,8 @@ def _planned(c: TrainConfig):
 
 def _validate_fit(c: TrainConfig) -> None:
     """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
-    (training.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
-    from training.plan import SHARDINGS as LAYOUT_SHARDINGS, Workload, fit_error
+    (planning.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
+    from planning.plan import SHARDINGS as LAYOUT_SHARDINGS, Workload, fit_error
 
     planned = _planned(c)
     if planned is None:
@@ -396,12 +396,12 @@ def _validate_fit(c: TrainConfig) -> None:
 
 
 def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
-    """The run's options with auto micro-batch and recomputation replaced by training.plan's pick, and the line
+    """The run's options with auto micro-batch and recomputation replaced by planning.plan's pick, and the line
     that says what it picked and why (None when neither is auto). The pick is the fastest that fits (layout,
     micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
     per step stay --batch-tokens / (--workers x --seq-len), so the optimisation does not change. PlanError (one
     line naming the option to change) when auto cannot plan the run or nothing fits."""
-    from training.plan import SHAPE_OPTIONS, SHARDINGS as LAYOUT_SHARDINGS, Workload, auto_line, choose, fit_error
+    from planning.plan import SHAPE_OPTIONS, SHARDINGS as LAYOUT_SHARDINGS, Workload, auto_line, choose, fit_error
 
     free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
     if not free:

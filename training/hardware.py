@@ -2,8 +2,8 @@
 
 One table serves the infrastructure (launch templates, pod requests, cost, preflight) and the trainer
 (peak FLOP/s for MFU, and the links its sharding layouts cross, for `--sharding auto` and
-`python -m training.plan`). Every figure is a vendor's datasheet or AWS's instance specification;
-what was measured instead lives in training/plan.py's calibration, with the run it came from.
+`python -m planning.plan`). Every figure is a vendor's datasheet or AWS's instance specification;
+what was measured instead lives in planning/plan.py's calibration, with the run it came from.
 """
 
 from __future__ import annotations

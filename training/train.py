@@ -277,7 +277,7 @@ def check_transport(cfg: TrainConfig, rank: int) -> str:
 
 
 def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int):
-    """The device mesh of the run's sharding layout, from where Ray placed the workers (training.plan)."""
+    """The device mesh of the run's sharding layout, from where Ray placed the workers (planning.plan)."""
     import ray
 
     from training.model import device_mesh
@@ -294,7 +294,7 @@ def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) ->
     placement; only hybrid needs every node to hold the same number of consecutive ranks."""
     from training.hardware import gpu_for_device_name
     from training.model import model_config
-    from training.plan import LayoutError, Workload, node_layout, resolve_sharding, shape_of
+    from planning.plan import LayoutError, Workload, node_layout, resolve_sharding, shape_of
 
     world = len(node_of_rank)
     if cfg.sharding == "full":

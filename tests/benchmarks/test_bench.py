@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from training import bench
+from benchmarks import bench
 from training.config import GPU_PROFILES, ConfigError, parse_args
 from training.metrics import model_flops_per_token
 
@@ -116,7 +116,7 @@ def test_cluster_defaults_are_the_l4_profile_with_its_shape_left_to_auto():
 
     t = TrainingSettings()
     for key, value in GPU_PROFILES["l4"].items():
-        if key in ("micro_batch", "activation_checkpointing"):  # training.plan picks them for the nodes
+        if key in ("micro_batch", "activation_checkpointing"):  # planning.plan picks them for the nodes
             assert getattr(t, key) == "auto", key
         elif key != "grad_accum":  # per GPU in the profile; the cluster sets the global batch
             assert getattr(t, key) == value, key
@@ -133,7 +133,7 @@ def test_cpu_run_writes_results_and_table(tmp_path):
     """The whole launcher -> torchrun -> worker -> report path, with the tiny model on CPU (gloo)."""
     out = tmp_path / "bench"
     done = subprocess.run(
-        [sys.executable, "-m", "training.bench", "--cpu", "--model", "tiny", "--suite", "smoke",
+        [sys.executable, "-m", "benchmarks.bench", "--cpu", "--model", "tiny", "--suite", "smoke",
          "--warmup", "1", "--steps", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -150,7 +150,7 @@ def test_chosen_cases_run_in_rounds_on_cpu(tmp_path):
     the table ends with its median."""
     out = tmp_path / "bench"
     done = subprocess.run(
-        [sys.executable, "-m", "training.bench", "--cpu", "--model", "tiny", "--suite", "smoke", "--warmup", "1",
+        [sys.executable, "-m", "benchmarks.bench", "--cpu", "--model", "tiny", "--suite", "smoke", "--warmup", "1",
          "--steps", "1", "--cases", "trainer, h200 profile (default)", "--rounds", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

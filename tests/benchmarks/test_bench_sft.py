@@ -9,7 +9,7 @@ import types
 import torch
 import torch.multiprocessing as mp
 
-from training import bench_sft
+from benchmarks import bench_sft
 from training.config import TrainConfig, validate
 
 TINY_VOCAB = 512

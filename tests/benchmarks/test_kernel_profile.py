@@ -1,4 +1,4 @@
-"""The kernel profile that calibrates the planner's two rooflines (training/kernel_profile.py)."""
+"""The kernel profile that calibrates the planner's two rooflines (benchmarks/kernel_profile.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from training.kernel_profile import STEP_LABEL, communication_overlap, kernel_class, main, shares, split_trace
+from benchmarks.kernel_profile import STEP_LABEL, communication_overlap, kernel_class, main, shares, split_trace
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -178,8 +178,8 @@ def test_the_profile_runs_on_cpu_and_writes_what_it_measured(tmp_path):
 
 
 def test_the_step_time_is_the_benchmarks_back_to_back_mean(tmp_path, monkeypatch):
-    """The profile times its steps with training.bench.time_steps (0.5 s here), not its warm-up (9 s)."""
-    from training import bench
+    """The profile times its steps with benchmarks.bench.time_steps (0.5 s here), not its warm-up (9 s)."""
+    from benchmarks import bench
 
     monkeypatch.setattr(bench, "time_steps", lambda step, warmup, steps, device: {"step_time_s": 0.5, "warmup_s": 9.0})
     assert main(["--model", "tiny", "--out", str(tmp_path), "--shapes", "0", "--warmup", "1", "--steps", "1"]) == 0
@@ -217,7 +217,7 @@ def test_under_torchrun_every_rank_steps_and_rank_0_alone_writes_the_two_rank_pr
     otherwise), and only rank 0's folder gets the profile, which names its world size."""
     import torch.multiprocessing as mp
 
-    from training.kernel_profile import _free_port
+    from benchmarks.kernel_profile import _free_port
 
     for rank in (0, 1):
         (tmp_path / f"rank{rank}").mkdir()

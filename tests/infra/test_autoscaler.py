@@ -18,7 +18,7 @@ import pytest
 from cdk_constructs import cluster_autoscaler as ca
 from cdk_constructs import node_groups
 from tests.conftest import only, resources_of, synth_stack, template_for
-from tests.test_cluster_software import helm_chart, manifest_of
+from tests.infra.test_cluster_software import helm_chart, manifest_of
 
 # ec2_instance_types.go at cluster-autoscaler-1.36.1: "g6.12xlarge": VCPU 48, MemoryMb 196608, GPU 4;
 # "p5.48xlarge": VCPU 192, MemoryMb 2097152, GPU 8.

@@ -181,7 +181,7 @@ def test_system_nodegroup(template):
 def test_gpu_nodegroup_ami_labels_count(template):
     props = gpu_nodegroup(template)["Properties"]
     assert props["InstanceTypes"] == ["g6.12xlarge"]
-    assert props["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}  # tests/test_autoscaler.py
+    assert props["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}  # tests/infra/test_autoscaler.py
     assert props["Labels"] == {"role": "gpu-worker", "nvidia.com/gpu.present": "true", "k8s.amazonaws.com/accelerator": "nvidia-l4"}
     assert props["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}]
 

@@ -11,7 +11,7 @@ from cdk_constructs import network_policies as np
 from cdk_constructs.kuberay_rules import violations
 from stacks.settings import SettingsError, settings_from_context
 from tests.conftest import base_context, only, resources_of, synth_stack, template_for
-from tests.test_cluster_software import manifest_of, manifests, ray_cluster_of
+from tests.infra.test_cluster_software import manifest_of, manifests, ray_cluster_of
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +278,7 @@ def test_hub_model_without_revision_warns():
 def test_every_log_group_is_encrypted_with_the_logs_key(template):
     groups = resources_of(template, "AWS::Logs::LogGroup").values()
     keys = {json.dumps(g["Properties"]["KmsKeyId"]) for g in groups}
-    # control plane, flow logs, 3 Lambdas, 4 Container Insights groups (tests/test_observability.py)
+    # control plane, flow logs, 3 Lambdas, 4 Container Insights groups (tests/infra/test_observability.py)
     assert len(groups) == 9 and len(keys) == 1 and "LogsKey" in keys.pop()
 
 

@@ -1,4 +1,4 @@
-"""LoRA settings: their one-line refusals, and what training.plan says needs LoRA on 8 x L4."""
+"""LoRA settings: their one-line refusals, and what planning.plan says needs LoRA on 8 x L4."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_a_target_module_the_architecture_lacks_is_refused_before_ray_starts():
 
 
 def test_the_planners_new_shapes_have_the_model_cards_parameter_counts():
-    from training.plan import MODELS
+    from planning.plan import MODELS
 
     # Qwen2.5's model cards: 7.61B and 14.7B parameters (cut, not rounded).
     assert 7.61e9 <= MODELS["qwen2.5-7b"].params < 7.62e9
@@ -52,7 +52,7 @@ def test_the_planners_adapter_count_is_pefts():
     from transformers import AutoModelForCausalLM
 
     from training.model import builtin_config
-    from training.plan import MODELS
+    from planning.plan import MODELS
 
     lm = get_peft_model(AutoModelForCausalLM.from_config(builtin_config("tiny")),
                         LoraConfig(r=8, target_modules="all-linear"))
@@ -62,7 +62,7 @@ def test_the_planners_adapter_count_is_pefts():
 
 @pytest.mark.parametrize("model,needs_lora", [("qwen2.5-1.5b", False), ("qwen2.5-7b", True), ("qwen2.5-14b", True)])
 def test_the_planner_says_which_models_need_lora_on_8_l4(model, needs_lora, capsys):
-    from training.plan import main
+    from planning.plan import main
 
     # Full fine-tuning keeps 16 bytes per parameter (fp32 weight, gradient, two AdamW moments): over
     # 8 GPUs, 15 GB for 7.6B and 30 GB for 14.8B, against 24 GB L4s that also hold activations.
@@ -76,7 +76,7 @@ def test_the_planner_says_which_models_need_lora_on_8_l4(model, needs_lora, caps
 
 
 def test_the_planner_refuses_a_negative_lora_rank(capsys):
-    from training.plan import main
+    from planning.plan import main
 
     assert main(["--lora-rank", "-1"]) == 2
     assert capsys.readouterr().err == "error: --nodes and --steps must be at least 1, --lora-rank at least 0\n"

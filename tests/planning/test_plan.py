@@ -1,4 +1,4 @@
-"""The performance model (training/plan.py): its traffic, memory and time arithmetic, its calibration
+"""The performance model (planning/plan.py): its traffic, memory and time arithmetic, its calibration
 against the recorded measurements, the layout decision, and the worker placement it accepts."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from training import plan
+from planning import plan
 from training.hardware import GIB, GPUS, INSTANCE_TYPES
 from training.metrics import flops_per_token
 from tests.conftest import ROOT
@@ -526,7 +526,7 @@ def test_accumulation_on_the_emulated_link_within_15_percent_two_machines_later(
 def test_with_each_twins_compute_every_emulated_case_is_within_10_percent():
     """The link and overlap terms alone: the benchmark's own comparison, each case's compute from its NVLink twin
     (what the host's speed cannot move), on the file's rows and link measurement."""
-    from training import bench
+    from benchmarks import bench
 
     data = json.loads((RESULTS / EMULATION_FILE).read_text())
     links = {"accumulation-sockets": data["runs"][1]["links"]["accumulation-sockets"]}
@@ -586,7 +586,7 @@ def test_usable_memory_is_the_datasheet_gigabytes_less_the_runtimes_share():
     """Datasheets give GPU memory in GB (10^9 bytes): an L4 has 24 GB = 24,000,000,000 bytes; less 1.5 GiB
     (1,610,612,736 bytes) for the CUDA context, cuBLAS and NCCL, the allocator has 22,389,387,264 bytes."""
     from training.hardware import GPUS
-    from training.plan import usable_bytes
+    from planning.plan import usable_bytes
 
     assert usable_bytes(GPUS["L4"]) == 22_389_387_264
     assert usable_bytes(GPUS["H100"]) == 78_389_387_264  # 80,000,000,000 - 1,610,612,736
@@ -1077,7 +1077,7 @@ def test_selective_recomputation_keeps_half_the_layers_activations_and_the_other
 
 
 def test_selective_on_an_odd_number_of_layers_recomputes_the_lower_half():
-    """5 layers: training.model recomputes the 2nd and 4th (tests/test_activation_checkpointing.py), so 3 stay
+    """5 layers: training.model recomputes the 2nd and 4th (tests/training/test_activation_checkpointing.py), so 3 stay
     whole. tiny-sized (hidden 64) at 8 tokens: a layer 46 x 8 x 64 = 23,552 B, an input 2 x 8 x 64 = 1,024 B;
     selective 3 x 23,552 + 2 x 1,024 + 23,552 = 96,256, none 5 x 23,552 = 117,760: 21,504 apart."""
     five = dataclasses.replace(plan.MODELS["tiny"], layers=5)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import DATA
 from training.data import DataError, DataFormat, tokenize_records
-from training.tiny_model import save_tiny_model
+from benchmarks.tiny_model import save_tiny_model
 
 QWEN_LIKE_TEMPLATE = (
     "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
@@ -113,7 +113,7 @@ def test_no_default_system_prompt_drops_the_templates_own_text(tokenizer):
 
 
 def test_a_template_without_a_default_is_left_as_it_is(tokenizer):
-    from training.tiny_model import CHAT_TEMPLATE
+    from benchmarks.tiny_model import CHAT_TEMPLATE
 
     record = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
     fmt = DataFormat(chat_template=CHAT_TEMPLATE, default_system_prompt=False)

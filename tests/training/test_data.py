@@ -14,7 +14,7 @@ from tests.conftest import DATA
 from training.data import (DataError, DataFormat, document_targets, hub_data_files, in_validation, pack,
                            model_inputs, record_messages, split_of, tokenize_and_pack, tokenize_records)
 from training.loss import IGNORE_INDEX
-from training.tiny_model import save_tiny_model
+from benchmarks.tiny_model import save_tiny_model
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What does NCCL do with gradients?"},
         {"role": "assistant", "content": "NCCL reduces gradients across nodes."},
@@ -266,7 +266,7 @@ def test_the_benchmarks_transformers_masks_lever_runs_transformers_own_check(mod
     from transformers import AutoModelForCausalLM
     from transformers import masking_utils
 
-    from training.bench import LEVERS
+    from benchmarks.bench import LEVERS
     from training.model import CausalLMWithLoss
 
     model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)

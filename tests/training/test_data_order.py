@@ -15,7 +15,7 @@ import torch.distributed as dist
 from tests.conftest import DATA, local_ray
 from training.config import TrainConfig
 from training.data import DataFormat, dataset_batches, dataset_pass, packed_dataset
-from training.tiny_model import save_tiny_model
+from benchmarks.tiny_model import save_tiny_model
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -23,7 +23,7 @@ from training.export import ExportError, hf_weights, main
 from training.model import builtin_config
 from tests.process_group import leave
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parent.parent / "data"
 PROBE = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 300, 2]])
 # Qwen2.5-Instruct's sampling defaults: what a server must read from the export.
 GENERATION = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05,
@@ -72,7 +72,7 @@ def _train_and_export(rank: int, world: int, port: int, model: str, run: str, li
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    from training.tiny_model import save_tiny_model
+    from benchmarks.tiny_model import save_tiny_model
 
     tmp = tmp_path_factory.mktemp("export")
     model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")

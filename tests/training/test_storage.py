@@ -251,7 +251,7 @@ def s3_model(tmp_path, monkeypatch):
     import boto3
     from moto import mock_aws
 
-    from training.tiny_model import save_tiny_model
+    from benchmarks.tiny_model import save_tiny_model
     from tests.conftest import DATA
 
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

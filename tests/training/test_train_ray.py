@@ -13,7 +13,7 @@ import torch
 from training.config import TrainConfig, validate
 from training.train import fit
 from tests.conftest import DATA, local_ray
-from training.tiny_model import save_tiny_model
+from benchmarks.tiny_model import save_tiny_model
 
 STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
 # Two micro-batches per step: a resume must skip grad_accum micro-batches per step done, not one per step.
