@@ -388,7 +388,7 @@ LAYOUT_CASES = [
 
 
 def layout_name(profile: str, overrides: dict) -> str:
-    from planning.plan import Layout
+    from planning.workload import Layout
 
     layout = Layout(overrides.get("sharding", "full"), not overrides.get(
         "reshard_after_forward", GPU_PROFILES[profile].get("reshard_after_forward", True)), overrides.get("reduce_dtype", "fp32"))
@@ -726,7 +726,7 @@ def link_bandwidth(device, model_name: str, repeats: int = 5) -> dict:
     import torch
     import torch.distributed as dist
 
-    from planning.plan import MODELS
+    from planning.workload import MODELS
 
     shape, world = MODELS[model_name], dist.get_world_size()
     layer = shape.layer_params // shape.layers
@@ -941,7 +941,9 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
     communication is small: what it then tests is the traffic and overlap arithmetic alone.
     """
     from training.hardware import GPUS
-    from planning.plan import CALIBRATION, MODELS, Cluster, Layout, Workload, estimate
+    from planning.calibration import CALIBRATION
+    from planning.timing import estimate
+    from planning.workload import MODELS, Cluster, Layout, Workload
 
     ok = {(r["group"], r["name"]): r for r in rows if "error" not in r}
     out = []

@@ -17,7 +17,7 @@ the SMs and memory bandwidth with them).
 
 The step's wall time less the kernels' busy time is idle (launch gaps, host work); the profile says where:
 before the first kernel, after the last, and the longest gaps between kernels with what the host was doing.
-The shares of the wall time are what planning/plan.py's two-roofline compute model scales to other GPUs.
+The shares of the wall time are what planning/calibration.py's two-roofline compute model scales to other GPUs.
 The run also measures the two ceilings of this GPU: a large bf16 matmul and a device-to-device copy.
 """
 

@@ -1,1 +1,1 @@
-"""The planner: what a deployment will do (memory, step time, the layout and batch search), run at synth and on a laptop."""
+"""The planner, run at synth and on a laptop: memory, step time, the layout and batch search, and its CLI."""

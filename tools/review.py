@@ -67,7 +67,9 @@ def _job_plan(template: dict):
     """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
     (planning.plan), with what auto picks applied as the trainer applies it; or None."""
     from training.config import ConfigError, HUB_ARCHITECTURES, parse_args, resolve_auto
-    from planning.plan import MODELS, Layout, Workload, choose, cluster_of, estimate
+    from planning.search import choose
+    from planning.timing import estimate
+    from planning.workload import MODELS, Layout, Workload, cluster_of
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
@@ -116,7 +118,7 @@ def training_auto_line(template: dict) -> str | None:
 
 def training_batch_line(template: dict) -> str | None:
     """The smallest batch that keeps the links at most 10% of the step (planning.plan), for the RayJob's job."""
-    from planning.plan import batch_line
+    from planning.search import batch_line
 
     found = _job_plan(template)
     return batch_line(*found[:4]) if found else None

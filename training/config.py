@@ -367,7 +367,7 @@ _OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "non
 def _planned(c: TrainConfig):
     """(model shape, cluster) of the run where planning.plan knows both: a known instance type and model, whole
     nodes of workers (or fewer workers than one node's GPUs); else None."""
-    from planning.plan import MODELS, cluster_of
+    from planning.workload import MODELS, cluster_of
 
     spec = INSTANCE_TYPES.get(c.instance_type or "")
     model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
@@ -380,7 +380,8 @@ def _planned(c: TrainConfig):
 def _validate_fit(c: TrainConfig) -> None:
     """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
     (planning.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
-    from planning.plan import SHARDINGS as LAYOUT_SHARDINGS, Workload, fit_error
+    from planning.search import fit_error
+    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
 
     planned = _planned(c)
     if planned is None:
@@ -401,7 +402,8 @@ def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
     micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
     per step stay --batch-tokens / (--workers x --seq-len), so the optimisation does not change. PlanError (one
     line naming the option to change) when auto cannot plan the run or nothing fits."""
-    from planning.plan import SHAPE_OPTIONS, SHARDINGS as LAYOUT_SHARDINGS, Workload, auto_line, choose, fit_error
+    from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
+    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
 
     free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
     if not free:

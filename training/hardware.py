@@ -3,7 +3,7 @@
 One table serves the infrastructure (launch templates, pod requests, cost, preflight) and the trainer
 (peak FLOP/s for MFU, and the links its sharding layouts cross, for `--sharding auto` and
 `python -m planning.plan`). Every figure is a vendor's datasheet or AWS's instance specification;
-what was measured instead lives in planning/plan.py's calibration, with the run it came from.
+what was measured instead lives in planning/calibration.py, with the run it came from.
 """
 
 from __future__ import annotations

@@ -294,7 +294,8 @@ def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) ->
     placement; only hybrid needs every node to hold the same number of consecutive ranks."""
     from training.hardware import gpu_for_device_name
     from training.model import model_config
-    from planning.plan import LayoutError, Workload, node_layout, resolve_sharding, shape_of
+    from planning.auto import LayoutError, node_layout, resolve_sharding
+    from planning.workload import Workload, shape_of
 
     world = len(node_of_rank)
     if cfg.sharding == "full":

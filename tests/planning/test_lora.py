@@ -40,7 +40,7 @@ def test_a_target_module_the_architecture_lacks_is_refused_before_ray_starts():
 
 
 def test_the_planners_new_shapes_have_the_model_cards_parameter_counts():
-    from planning.plan import MODELS
+    from planning.workload import MODELS
 
     # Qwen2.5's model cards: 7.61B and 14.7B parameters (cut, not rounded).
     assert 7.61e9 <= MODELS["qwen2.5-7b"].params < 7.62e9
@@ -52,7 +52,7 @@ def test_the_planners_adapter_count_is_pefts():
     from transformers import AutoModelForCausalLM
 
     from training.model import builtin_config
-    from planning.plan import MODELS
+    from planning.workload import MODELS
 
     lm = get_peft_model(AutoModelForCausalLM.from_config(builtin_config("tiny")),
                         LoraConfig(r=8, target_modules="all-linear"))
