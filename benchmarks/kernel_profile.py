@@ -33,7 +33,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.bench import BENCH_MODEL, Case, matmul_rates, unwritable_folder
+from benchmarks.bench import unwritable_folder
+from benchmarks.suites import BENCH_MODEL, Case
+from benchmarks.worker import matmul_rates
 
 # Tensor-core kernels: cuBLAS (sm90_xmma, nvjet, *gemm*), CUTLASS, inductor's matmul templates
 # (triton_tem_), and attention (flash / fmha / cuDNN SDPA).
@@ -210,7 +212,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from benchmarks.bench import _meta_model, _trainer_step, time_steps
+    from benchmarks.worker import _meta_model, _trainer_step, time_steps
     from training.metrics import model_flops_per_token
 
     cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)

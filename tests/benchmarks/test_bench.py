@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from benchmarks import bench
+from benchmarks import bench, levers, report, suites, worker
 from training.config import GPU_PROFILES, ConfigError, parse_args
 from training.metrics import model_flops_per_token
 
@@ -17,9 +17,9 @@ QWEN_1_5B_PARAMS = 1_543_714_304  # Qwen2.5-1.5B's published count (tied embeddi
 
 
 def test_qwen_flops_per_token_is_6n_plus_attention():
-    cfg = bench.Case("x").train_config(bench.BENCH_MODEL)
+    cfg = suites.Case("x").train_config(suites.BENCH_MODEL)
     expected = 6 * QWEN_1_5B_PARAMS + 12 * 28 * 12 * 128 * 4096
-    assert model_flops_per_token(bench._meta_model(cfg), 4096) == expected
+    assert model_flops_per_token(worker._meta_model(cfg), 4096) == expected
 
 
 def example_row(**overrides) -> dict:
@@ -30,7 +30,7 @@ def example_row(**overrides) -> dict:
 
 
 def test_summarize_turns_step_time_into_tokens_tflops_and_mfu():
-    row = bench.summarize(example_row(), measured_peak=790.0, datasheet_peak=989.0)
+    row = report.summarize(example_row(), measured_peak=790.0, datasheet_peak=989.0)
     assert row["tokens_per_s_per_gpu"] == pytest.approx(32768 / 0.65)
     assert row["tflops_per_gpu"] == pytest.approx(32768 / 0.65 * 11.376e9 / 1e12)
     assert row["mfu_measured"] == pytest.approx(row["tflops_per_gpu"] / 790.0)
@@ -38,34 +38,34 @@ def test_summarize_turns_step_time_into_tokens_tflops_and_mfu():
 
 
 def test_summarize_keeps_an_out_of_memory_case_without_figures():
-    row = bench.summarize(example_row(error="out of memory"), 790.0, 989.0)
+    row = report.summarize(example_row(error="out of memory"), 790.0, 989.0)
     assert row["tokens_per_s_per_gpu"] is None and "mfu_measured" not in row
 
 
 def test_table_has_one_row_per_case_and_shows_errors():
-    rows = [bench.summarize(example_row(), 790.0, 989.0),
-            bench.summarize(example_row(name="example", recipe="example", error="out of memory"), 790.0, 989.0)]
-    table = bench.format_table(rows).splitlines()
+    rows = [report.summarize(example_row(), 790.0, 989.0),
+            report.summarize(example_row(name="example", recipe="example", error="out of memory"), 790.0, 989.0)]
+    table = report.format_table(rows).splitlines()
     assert len(table) == 4
     assert "| trainer | 2 | 8 x 4096 | 50,412 | 573.5 | 72.6% | 58.0% | 82.1 | 650 |" == table[2]
     assert "out of memory" in table[3]
 
 
 def test_comparisons_give_the_ratios_side_by_side():
-    rows = [bench.summarize(r, 790.0, None) for r in (
+    rows = [report.summarize(r, 790.0, None) for r in (
         example_row(),
         example_row(name="example", recipe="example", step_time_s=6.5),
         example_row(name="sockets", group="sockets", step_time_s=1.3),
         example_row(name="one GPU", group="world1", world_size=1, step_time_s=0.6),
     )]
-    lines = bench.comparisons(rows)
+    lines = report.comparisons(rows)
     assert "trainer default / example: 10.0x tokens/s per GPU" in lines
     assert "normal NCCL path / sockets only: 2.00x tokens/s per GPU" in lines
     assert "scaling 1 -> 2 GPUs: 92.3% of one GPU's tokens/s per GPU" in lines
 
 
 def test_full_plan_has_the_baseline_the_l4_cap_the_sockets_ab_and_one_gpu():
-    groups = {g.name: g for g in bench.plan("full", gpus=2)}
+    groups = {g.name: g for g in suites.plan("full", gpus=2)}
     example = [c for c in groups["main"].cases if c.recipe == "example"]
     shapes = {(c.overrides["micro_batch"], c.overrides["seq_len"]) for c in example}
     assert (1, 128) in shapes and (GPU_PROFILES["h200"]["micro_batch"], GPU_PROFILES["h200"]["seq_len"]) in shapes
@@ -76,13 +76,13 @@ def test_full_plan_has_the_baseline_the_l4_cap_the_sockets_ab_and_one_gpu():
 
 
 def test_plan_on_eight_gpus_adds_the_l4_profile_at_world_size_eight():
-    groups = {g.name: g for g in bench.plan("full", gpus=8)}
+    groups = {g.name: g for g in suites.plan("full", gpus=8)}
     assert groups["l4-world2"].world_size == 2 and groups["l4-world8"].world_size == 8
     assert groups["l4-world8"].cases[0].memory_cap_gib == 22.0 and groups["main"].world_size == 8
 
 
 def test_l4_suite_sets_the_lever_against_the_profile_on_both_transports():
-    groups = {g.name: g for g in bench.plan("l4", gpus=8)}
+    groups = {g.name: g for g in suites.plan("l4", gpus=8)}
     assert set(groups) == {"l4-world2", "l4-world2-sockets", "l4-world8", "l4-world8-sockets"}
     default, kept = groups["l4-world8"].cases
     assert kept.overrides == {"reshard_after_forward": False} and not default.overrides
@@ -90,14 +90,14 @@ def test_l4_suite_sets_the_lever_against_the_profile_on_both_transports():
 
 
 def test_plan_on_one_gpu_has_no_scaling_group():
-    assert "world1" not in {g.name for g in bench.plan("full", gpus=1)}
+    assert "world1" not in {g.name for g in suites.plan("full", gpus=1)}
 
 
 def test_every_planned_case_is_a_valid_trainer_config():
     for suite in ("full", "variants", "smoke", "mfu", "accumulation", "layouts"):
-        for group in bench.plan(suite, gpus=2):
+        for group in suites.plan(suite, gpus=2):
             for case in group.cases:
-                case.train_config(bench.BENCH_MODEL)  # raises ConfigError when a variant is malformed
+                case.train_config(suites.BENCH_MODEL)  # raises ConfigError when a variant is malformed
 
 
 def test_profile_sets_defaults_and_explicit_options_win():
@@ -191,7 +191,7 @@ def test_out_below_a_file_is_one_line_before_anything_runs(tmp_path, capsys):
 
 
 def test_every_lora_case_is_a_valid_trainer_config_of_its_own_model():
-    cases = [case for group in bench.plan("lora", gpus=2) for case in group.cases]
+    cases = [case for group in suites.plan("lora", gpus=2) for case in group.cases]
     configs = [case.train_config(case.model) for case in cases]
     assert {(c.model, c.lora_rank > 0, c.profile) for c in configs} == {
         (m, lora, p) for m in ("qwen2.5-1.5b", "qwen2.5-7b") for lora in (False, True) for p in ("h200", "l4")}
@@ -203,7 +203,7 @@ def test_a_lora_case_runs_through_the_launcher_on_cpu(tmp_path):
 
     out = tmp_path / "bench"
     (out / "results").mkdir(parents=True)
-    group = bench.Group("lora", 1, [bench.Case("tiny LoRA", model="tiny", overrides={
+    group = suites.Group("lora", 1, [suites.Case("tiny LoRA", model="tiny", overrides={
         "lora_rank": 4, "compile": False, "micro_batch": 1, "seq_len": 256})])
     args = argparse.Namespace(gpus=1, model="qwen2.5-1.5b", warmup=1, steps=2, site=None)
     assert bench.run_group(group, out, args) == 0, (out / "group-lora.log").read_text()[-2000:]
@@ -233,7 +233,7 @@ def test_a_suite_without_its_package_or_wheels_is_one_line(suite, package, tmp_p
 
 
 def test_mfu_suite_undoes_each_kept_change_alone_and_runs_the_peer_in_its_own_process():
-    groups = {g.name: g for g in bench.plan("mfu", gpus=2)}
+    groups = {g.name: g for g in suites.plan("mfu", gpus=2)}
     main = [(c.name, c.levers) for c in groups["main"].cases]
     assert main[0] == ("trainer, h200 profile (default)", ())
     assert sorted(levers for _, levers in main[1:]) == [(), ("copied-accumulation",), ("host-guard",),
@@ -244,7 +244,7 @@ def test_mfu_suite_undoes_each_kept_change_alone_and_runs_the_peer_in_its_own_pr
     # Liger patches Hugging Face's Qwen2 classes for the whole process: the peer runs alone.
     assert [c.recipe for c in groups["peer"].cases] == ["liger"]
     every = [name for g in groups.values() for c in g.cases for name in c.levers]
-    assert set(every) <= set(bench.LEVERS) and "liger-kernels" in every
+    assert set(every) <= set(levers.LEVERS) and "liger-kernels" in every
 
 
 def test_a_lever_is_compared_with_the_default_of_its_own_group():
@@ -273,7 +273,7 @@ def test_a_lever_is_compared_with_the_default_of_its_own_group():
              "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]},
             {"name": "8 ctas", "group": "nccl-max-8-ctas", "recipe": "trainer", "levers": [], "settings": settings,
              "tokens_per_s_per_gpu": 45_000, "losses": [12.0, 11.5]}]
-    assert bench.lever_lines(default, rows) == [
+    assert report.lever_lines(default, rows) == [
         "fast: 1.010x the default's tokens/s (main group), largest loss gap 0.0020, attention n/a",
         "slow: 0.750x the default's tokens/s (tried group), largest loss gap 0.0000, attention n/a",
         "l4 slow: 0.900x the default's tokens/s (l4-step group), largest loss gap 0.0000, attention n/a",
@@ -287,19 +287,19 @@ def test_steps_are_timed_back_to_back_each_from_the_previous_ones_return(monkeyp
     import torch.distributed
 
     clock = iter([0.0, 0.5, 1.0, 1.02, 1.04, 1.06, 1.06])  # warm-up start, end; the timed start, 3 returns, end
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(worker.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(torch.distributed, "barrier", lambda: None)
     losses = iter([5.0, 4.0, 3.0, 2.0])
-    timed = bench.time_steps(lambda i: next(losses), warmup=1, steps=3, device=torch.device("cpu"))
+    timed = worker.time_steps(lambda i: next(losses), warmup=1, steps=3, device=torch.device("cpu"))
     assert timed["losses"] == [5.0, 4.0, 3.0, 2.0] and timed["final_loss"] == 2.0 and timed["first_loss"] == 5.0
     assert timed["step_time_s"] == pytest.approx(0.02)
     assert timed["step_time_min_s"] == pytest.approx(0.02) and timed["step_time_max_s"] == pytest.approx(0.02)
 
 
 def test_rounds_run_a_groups_cases_in_turn():
-    group = bench.Group("l4-step", 1, [bench.Case("a"), bench.Case("b", levers=("no-automatic-gc",))])
-    (once,) = bench.with_rounds([group], 1)
-    (thrice,) = bench.with_rounds([group], 3)
+    group = suites.Group("l4-step", 1, [suites.Case("a"), suites.Case("b", levers=("no-automatic-gc",))])
+    (once,) = suites.with_rounds([group], 1)
+    (thrice,) = suites.with_rounds([group], 3)
     assert [c.name for c in once.cases] == ["a", "b"]
     assert [c.name for c in thrice.cases] == ["a, round 1", "b, round 1", "a, round 2", "b, round 2", "a, round 3",
                                               "b, round 3"]
@@ -311,7 +311,7 @@ def test_a_case_in_rounds_is_its_median_against_the_median_of_the_groups_first_c
     rates = {"a, round 1": 100.0, "b, round 1": 90.0, "a, round 2": 300.0, "b, round 2": 250.0, "a, round 3": 200.0,
              "b, round 3": 270.0, "c": 500.0}
     rows = [{"group": "g", "name": name, "tokens_per_s_per_gpu": rate} for name, rate in rates.items()]
-    assert bench.round_lines(rows) == [
+    assert report.round_lines(rows) == [
         "a: median 200 tokens/s/GPU over 3 rounds (100-300), 1.000x the group's first case",
         "b: median 250 tokens/s/GPU over 3 rounds (90-270), 1.250x the group's first case"]
 
@@ -325,7 +325,7 @@ def test_rounds_are_medians_per_group_leaving_out_errors_and_single_rounds():
              ("h", "e, round 2"): 90.0}
     rows = [{"group": group, "name": name, **({"tokens_per_s_per_gpu": rate} if rate else {"error": "out of memory"})}
             for (group, name), rate in rates.items()]
-    assert bench.round_lines(rows) == [
+    assert report.round_lines(rows) == [
         "a: median 200 tokens/s/GPU over 3 rounds (100-300), 1.000x the group's first case",
         "x, round trip: median 300 tokens/s/GPU over 2 rounds (150-450), 1.500x the group's first case",
         "c: median 60 tokens/s/GPU over 2 rounds (50-70), 1.000x the group's first case",
@@ -336,7 +336,7 @@ def test_rounds_are_medians_per_group_leaving_out_errors_and_single_rounds():
 def planned(monkeypatch):
     """main with a two-group plan whose groups are recorded instead of run: (group, its case names) per group."""
     ran = []
-    groups = [bench.Group("A", 1, [bench.Case("a1"), bench.Case("a2")]), bench.Group("B", 1, [bench.Case("b1")])]
+    groups = [suites.Group("A", 1, [suites.Case("a1"), suites.Case("a2")]), suites.Group("B", 1, [suites.Case("b1")])]
     monkeypatch.setattr(bench, "plan", lambda suite, gpus: groups)
     monkeypatch.setattr(bench, "run_group", lambda group, out, args: ran.append((group.name, [c.name for c in group.cases])) or 0)
     monkeypatch.setattr(bench, "report", lambda out, groups, gpus: "")
@@ -364,11 +364,11 @@ def test_the_gc_lever_turns_automatic_collection_off_inside_and_restores_it_even
     import gc
 
     assert gc.isenabled() and gc.get_freeze_count() == 0
-    with bench.LEVERS["no-automatic-gc"]():
+    with levers.LEVERS["no-automatic-gc"]():
         assert not gc.isenabled() and gc.get_freeze_count() > 0
     assert gc.isenabled() and gc.get_freeze_count() == 0
     with pytest.raises(RuntimeError, match="inside"):
-        with bench.LEVERS["no-automatic-gc"]():
+        with levers.LEVERS["no-automatic-gc"]():
             raise RuntimeError("inside")
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
@@ -383,18 +383,18 @@ def _case_then_collector(rank: int, store: str, out: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     built = []
-    trainer_step = bench._trainer_step
+    trainer_step = worker._trainer_step
 
     def recorded(*args, **kwargs):
         model, optimizer, step = trainer_step(*args, **kwargs)
         built.append(weakref.ref(model))
         return model, optimizer, step
 
-    bench._trainer_step = recorded
-    case = bench.Case("tiny", overrides={"seq_len": 16, "micro_batch": 2, "compile": False})
+    worker._trainer_step = recorded
+    case = suites.Case("tiny", overrides={"seq_len": 16, "micro_batch": 2, "compile": False})
     cfg = case.train_config("tiny")
     gc.disable()  # only run_case's own collection may free the case: as in a step loop between automatic passes
-    result = bench.run_case(case, cfg, torch.device("cpu"), 0, 1, None, warmup=1, steps=1)
+    result = worker.run_case(case, cfg, torch.device("cpu"), 0, 1, None, warmup=1, steps=1)
     torch.save({"timed": result.get("steps_timed"), "error": result.get("error"), "alive": built[0]() is not None}, out)
     gc.enable()
     leave()
@@ -427,9 +427,9 @@ def _communication_levers_configure(rank: int, store: str, out: str) -> None:
     for method in methods:
         setattr(FSDPModule, method, lambda unit, *args, method=method: calls.setdefault(method, []).append(
             type(unit).__name__.removeprefix("FSDP")))
-    cfg = bench.Case("tiny", overrides={"seq_len": 16, "micro_batch": 2, "compile": False}).train_config("tiny")
+    cfg = suites.Case("tiny", overrides={"seq_len": 16, "micro_batch": 2, "compile": False}).train_config("tiny")
     for lever in ("symmetric-memory", "process-group-memory"):
-        with bench.LEVERS[lever]():
+        with levers.LEVERS[lever]():
             model = build_model(cfg, torch.device("cpu"), 0, 1)
         calls[lever] = {m: sorted(calls.pop(m, [])) for m in methods}
     calls["layers"] = len(model.decoder_layers)
@@ -459,11 +459,11 @@ def test_symmetric_memory_on_a_torch_without_it_is_refused_with_the_version(monk
 
     monkeypatch.delattr(FSDPModule, "set_symm_mem_for_comm")
     with pytest.raises(RuntimeError, match=r"^symmetric-memory: torch .* has no FSDPModule.set_symm_mem_for_comm$"):
-        bench.LEVERS["symmetric-memory"]()
+        levers.LEVERS["symmetric-memory"]()
 
 
 def test_the_copy_engine_group_gathers_from_symmetric_memory_under_the_zero_cta_policy():
-    [group] = [g for g in bench.plan("mfu", gpus=2) if g.name == "copy-engine-all-gather"]
+    [group] = [g for g in suites.plan("mfu", gpus=2) if g.name == "copy-engine-all-gather"]
     assert group.env == {"NCCL_CTA_POLICY": "2"}
     assert [c.levers for c in group.cases] == [("symmetric-memory",)]
 
@@ -486,14 +486,14 @@ def test_a_sockets_case_is_paired_with_its_nvlink_twin_and_the_twin_predicts_its
             _layout_row("accumulation-sockets", "hybrid, fp32 on the wire, grad_accum 4, sockets", 2.1, 8192 / 2.1)]
     links = {"accumulation-nvlink": {"all_gather layer": {"busbw_gbps": 3000.0}},
              "accumulation-sockets": {"all_gather layer": {"busbw_gbps": 3.0}}}
-    out = bench.emulation_rows(rows, links, bench.BENCH_MODEL)
+    out = report.emulation_rows(rows, links, suites.BENCH_MODEL)
     assert [r["name"] for r in out] == [rows[0]["name"], rows[1]["name"]]
     assert out[0]["predicted_run_compute_step_s"] == pytest.approx(0.7, rel=0.01)
     assert out[1]["predicted_run_compute_step_s"] > 0.7  # the slow link adds to the same compute
 
 
 def test_the_full_suite_runs_the_peer_beside_the_default_and_goes_on_without_liger(tmp_path, monkeypatch, capsys):
-    assert [c.recipe for c in {g.name: g for g in bench.plan("full", gpus=2)}["peer"].cases] == ["liger"]
+    assert [c.recipe for c in {g.name: g for g in suites.plan("full", gpus=2)}["peer"].cases] == ["liger"]
     _without("liger_kernel", tmp_path, monkeypatch)
     # Past the package step to the next check (an unknown group), so nothing runs.
     assert bench.main(["--cpu", "--suite", "full", "--groups", "nope", "--out", str(tmp_path / "out")]) == 2
@@ -509,6 +509,6 @@ def test_the_emulation_predicts_every_recorded_sockets_case():
     results = ROOT / "docs" / "bench-results"
     nvlink = json.loads((results / "2026-11-30-h200x2-layouts-nvlink-and-reduce-dtype.json").read_text())
     sockets = json.loads((results / "2026-11-30-h200x2-layouts-sockets.json").read_text())
-    rows = bench.emulation_rows(nvlink["cases"] + sockets["cases"], sockets["links"], bench.BENCH_MODEL)
+    rows = report.emulation_rows(nvlink["cases"] + sockets["cases"], sockets["links"], suites.BENCH_MODEL)
     assert [r["name"] for r in rows] == [c["name"] for c in sockets["cases"] if "error" not in c]
     assert all(r["predicted_step_s"] > 0 for r in rows)

@@ -178,10 +178,9 @@ def test_the_profile_runs_on_cpu_and_writes_what_it_measured(tmp_path):
 
 
 def test_the_step_time_is_the_benchmarks_back_to_back_mean(tmp_path, monkeypatch):
-    """The profile times its steps with benchmarks.bench.time_steps (0.5 s here), not its warm-up (9 s)."""
-    from benchmarks import bench
-
-    monkeypatch.setattr(bench, "time_steps", lambda step, warmup, steps, device: {"step_time_s": 0.5, "warmup_s": 9.0})
+    """The profile times its steps with benchmarks.worker.time_steps (0.5 s here), not its warm-up (9 s)."""
+    from benchmarks import worker
+    monkeypatch.setattr(worker, "time_steps", lambda step, warmup, steps, device: {"step_time_s": 0.5, "warmup_s": 9.0})
     assert main(["--model", "tiny", "--out", str(tmp_path), "--shapes", "0", "--warmup", "1", "--steps", "1"]) == 0
     [row] = json.loads((tmp_path / "kernel-profile.json").read_text())["shapes"]
     assert row["step_s"] == 0.5

@@ -526,11 +526,10 @@ def test_accumulation_on_the_emulated_link_within_15_percent_two_machines_later(
 def test_with_each_twins_compute_every_emulated_case_is_within_10_percent():
     """The link and overlap terms alone: the benchmark's own comparison, each case's compute from its NVLink twin
     (what the host's speed cannot move), on the file's rows and link measurement."""
-    from benchmarks import bench
-
+    from benchmarks import report
     data = json.loads((RESULTS / EMULATION_FILE).read_text())
     links = {"accumulation-sockets": data["runs"][1]["links"]["accumulation-sockets"]}
-    rows = bench.emulation_rows(emulation_cases(), links, "qwen2.5-1.5b")
+    rows = report.emulation_rows(emulation_cases(), links, "qwen2.5-1.5b")
     assert sorted(r["name"] for r in rows) == sorted(emulation_name(*run[:3], "sockets") for run in EMULATION_RUNS)
     assert {r["name"]: r["measured_step_s"] for r in rows} == pytest.approx(
         {emulation_name(*run[:3], "sockets"): run[3] for run in EMULATION_RUNS}, abs=1e-4)

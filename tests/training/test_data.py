@@ -266,7 +266,7 @@ def test_the_benchmarks_transformers_masks_lever_runs_transformers_own_check(mod
     from transformers import AutoModelForCausalLM
     from transformers import masking_utils
 
-    from benchmarks.bench import LEVERS
+    from benchmarks.levers import LEVERS
     from training.model import CausalLMWithLoss
 
     model = CausalLMWithLoss(AutoModelForCausalLM.from_pretrained(model_folder).eval(), loss_chunk_tokens=5)
