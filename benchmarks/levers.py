@@ -17,6 +17,10 @@ from training.config import TrainConfig
 PEER_MODULE = "liger_kernel"
 
 
+# --suite mfu: the levers on the h200 profile's step, each alone and the promising ones together,
+# next to the peer recipe in the same run. A lever is entered around the case's model build and steps.
+
+
 @contextlib.contextmanager
 def _cudnn_attention():
     """SDPA tries cuDNN's attention first (Hopper kernels), then flash, efficient, math."""

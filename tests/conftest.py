@@ -30,7 +30,7 @@ def synth_stack(**overrides):
         pytest.skip("no synthesis under mutation testing")
     import aws_cdk as cdk
 
-    from stacks.settings import settings_from_context
+    from stacks.context import settings_from_context
     from stacks.training_cluster import EfaTrainingStack
 
     context = base_context() | overrides
@@ -67,7 +67,8 @@ def pure_workload(**overrides) -> dict[str, dict]:
     from cdk_constructs import ray_manifests as rm
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from cdk_constructs.training_workload import TRAINER_PACKAGE
-    from stacks.settings import settings_from_context, trainer_options
+    from stacks.context import settings_from_context
+    from stacks.settings import trainer_options
 
     s = settings_from_context(base_context() | overrides)
     instance, t = INSTANCE_TYPES[s.gpu_instance_type], s.training

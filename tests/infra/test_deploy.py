@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stacks.settings import settings_from_files
+from stacks.context import settings_from_files
 from tests.conftest import ROOT
 from tools.deploy import admin_context, endpoint_context
 

@@ -9,7 +9,7 @@ from aws_cdk.assertions import Annotations, Match
 from cdk_nag import NagRuleCompliance
 
 from stacks.eks_nag import EksV2Checks, missing_log_types, public_endpoint_compliance
-from stacks.settings import settings_from_context
+from stacks.context import settings_from_context
 from stacks.training_cluster import EfaTrainingStack
 from tests.conftest import UNDER_MUTATION, base_context
 from tools.review import nag_lines, nag_report_rows

@@ -248,7 +248,8 @@ def test_reservation_targets_and_drops_placement_group():
 
 
 def test_placement_group_forced_on_with_reservation_is_refused():
-    from stacks.settings import SettingsError, settings_from_context
+    from stacks.context import settings_from_context
+    from stacks.settings import SettingsError
     from tests.conftest import base_context
 
     with pytest.raises(SettingsError, match=r"placement_group: on with capacity_reservation_id cannot launch"):

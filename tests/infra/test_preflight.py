@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from moto.servicequotas.models import ServiceQuotasBackend
 
-from stacks.settings import settings_from_files
+from stacks.context import settings_from_files
 from tools import preflight
 from tools.preflight import FAIL, PASS, WARN, Check
 

@@ -9,7 +9,8 @@ from aws_cdk.assertions import Annotations, Match
 
 from cdk_constructs import network_policies as np
 from cdk_constructs.kuberay_rules import violations
-from stacks.settings import SettingsError, settings_from_context
+from stacks.context import settings_from_context
+from stacks.settings import SettingsError
 from tests.conftest import base_context, only, resources_of, synth_stack, template_for
 from tests.infra.test_cluster_software import manifest_of, manifests, ray_cluster_of
 

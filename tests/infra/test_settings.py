@@ -11,8 +11,9 @@ import pytest
 
 from aws_cdk.assertions import Template
 
-from stacks.settings import (Settings, SettingsError, access_entry_principal, image_is_pinned, is_hub_model,
-                             settings_from_context, settings_from_files, trainer_options)
+from stacks.context import settings_from_context, settings_from_files
+from stacks.settings import Settings, SettingsError, trainer_options
+from stacks.validation import access_entry_principal, image_is_pinned, is_hub_model
 from tests.conftest import ROOT, base_context
 
 
