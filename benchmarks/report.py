@@ -123,7 +123,7 @@ def emulation_rows(rows: list[dict], links: dict[str, dict], model_name: str) ->
     under test. "predicted, run's compute" takes it from the same case over NVLink in this run, where
     communication is small: what it then tests is the traffic and overlap arithmetic alone.
     """
-    from training.hardware import GPUS
+    from training.gpus import GPUS
     from planning.calibration import CALIBRATION
     from planning.timing import estimate
     from planning.workload import MODELS, Cluster, Layout, Workload

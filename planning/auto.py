@@ -7,7 +7,8 @@ from planning.calibration import CALIBRATION
 from planning.memory import memory_bytes, usable_bytes
 from planning.search import choose, fit_error
 from planning.workload import SHARDINGS, Layout, ModelShape, Workload, cluster_of
-from training.hardware import GIB, GpuSpec
+from planning.hardware import GIB
+from training.gpus import GpuSpec
 
 
 class LayoutError(ValueError):

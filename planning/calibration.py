@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from planning.workload import MODELS, ModelShape, Workload
-from training.hardware import GPUS, GpuSpec
+from training.gpus import GPUS, GpuSpec
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from planning.calibration import Calibration
 from planning.workload import Layout, ModelShape, Workload
 from training.config import SELECTIVE_EVERY
-from training.hardware import GIB, GpuSpec
+from planning.hardware import GIB
+from training.gpus import GpuSpec
 
 
 def memory_bytes(model: ModelShape, work: Workload, layout: Layout, shard: int, calibration: Calibration) -> float:

@@ -21,7 +21,7 @@ from planning.search import (RECOMPUTATION_WORDS, SHAPE_OPTIONS, auto_line, batc
 from planning.timing import Estimate
 from planning.workload import MODELS, REDUCE_DTYPES, SHARDINGS, Cluster, ModelShape, Workload, cluster_of
 from training.config import RECOMPUTATION
-from training.hardware import INSTANCE_TYPES
+from planning.hardware import INSTANCE_TYPES
 
 
 # The rank the planner suggests when full fine-tuning does not fit (peft's examples use 8 to 64).
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from training.config import AUTO, GPU_PROFILES, HUB_ARCHITECTURES, ConfigError, grad_accum_for
 
     parser = argparse.ArgumentParser(prog="python -m planning.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of training/hardware.py")
+    parser.add_argument("--instance-type", default="g6.12xlarge", help="an EFA GPU type of planning/hardware.py")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--model", default="qwen2.5-1.5b", help=f"{', '.join(MODELS)} or a hub id of one")
     parser.add_argument("--profile", default="l4", choices=sorted(GPU_PROFILES),

@@ -12,7 +12,7 @@ from planning.memory import usable_bytes
 from planning.timing import LINK_SHARE_TARGET, Estimate, estimate
 from planning.workload import ALL_LAYOUTS, SHARDINGS, Cluster, Layout, ModelShape, Workload
 from training.config import RECOMPUTATION
-from training.hardware import GIB
+from planning.hardware import GIB
 
 
 def rank_layouts(model: ModelShape, work: Workload, cluster: Cluster,

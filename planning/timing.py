@@ -36,7 +36,7 @@ Collectives run at the rate measured for each alone; over NCCL sockets they ran 
 (docs/benchmarks.md), which this model does not know.
 Collective times follow NCCL's bus-bandwidth convention: all-gather and reduce-scatter of S bytes
 over n ranks move S(n-1)/n per rank, an all-reduce 2S(n-1)/n; a ring across nodes carries that
-through each node's network. Every figure is a datasheet (training/hardware.py) or calibrated by a
+through each node's network. Every figure is a datasheet (planning/hardware.py) or calibrated by a
 measurement recorded in docs/bench-results/ (CALIBRATION, with the run it came from).
 """
 
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from planning.calibration import CALIBRATION, Calibration
 from planning.memory import memory_bytes, usable_bytes
 from planning.workload import REDUCE_DTYPES, Cluster, Layout, ModelShape, Workload
-from training.hardware import GIB
+from planning.hardware import GIB
 
 
 # The share of the step the links may take beyond the compute: more, and the step is link-bound and the batch is

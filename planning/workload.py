@@ -1,5 +1,5 @@
 """What a run is, to the planner: the model's shape (parameters, FLOPs per token), the per-GPU step
-(Workload), the nodes (Cluster, from training/hardware.py) and the sharding layout.
+(Workload), the nodes (Cluster, from planning/hardware.py) and the sharding layout.
 """
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from training.config import RECOMPUTATION
-from training.hardware import INSTANCE_TYPES, GpuSpec
+from planning.hardware import INSTANCE_TYPES
+from training.gpus import GpuSpec
 
 
 SHARDINGS = ("full", "hybrid")

@@ -13,7 +13,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from training.hardware import INSTANCE_TYPES
+from planning.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
@@ -132,7 +132,7 @@ class TrainConfig:
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
     data on GPU, sdpa otherwise (docs/benchmarks.md)."""
     instance_type: str | None = None
-    """The nodes' EC2 instance type (training/hardware.py), for --sharding auto's estimate of the links."""
+    """The nodes' EC2 instance type (planning/hardware.py), for --sharding auto's estimate of the links."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
@@ -260,7 +260,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.attention in ATTENTIONS, f"--attention: {c.attention!r} must be one of {', '.join(ATTENTIONS)}")
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
     require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
-            f"--instance-type: {c.instance_type!r} is not in training/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
+            f"--instance-type: {c.instance_type!r} is not in planning/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
@@ -410,7 +410,7 @@ def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
         return c, None
     planned = _planned(c)
     if planned is None:
-        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (training/hardware.py), whole nodes of "
+        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
                         f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} or "
                         f"their Qwen/Qwen2.5 hub ids); set {' and '.join(_flag(o) for o in free)} instead")
     model, cluster = planned

@@ -292,7 +292,7 @@ def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int)
 def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) -> tuple[str, int, int, str]:
     """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any
     placement; only hybrid needs every node to hold the same number of consecutive ranks."""
-    from training.hardware import gpu_for_device_name
+    from training.gpus import gpu_for_device_name
     from training.model import model_config
     from planning.auto import LayoutError, node_layout, resolve_sharding
     from planning.workload import Workload, shape_of

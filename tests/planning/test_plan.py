@@ -10,7 +10,8 @@ import re
 import pytest
 
 from planning import auto, calibration, memory, plan, search, timing, workload
-from training.hardware import GIB, GPUS, INSTANCE_TYPES
+from planning.hardware import GIB, INSTANCE_TYPES
+from training.gpus import GPUS
 from training.metrics import flops_per_token
 from tests.conftest import ROOT
 
@@ -552,7 +553,7 @@ def test_another_gpus_host_bound_step_keeps_the_layouts_gathered_saving():
     than the host's launches, which are the H200's measured step of the same model and layout: kept gathered, the
     2.0484 s and 0.5808 s of the worked example above, not the 2.82 s and 0.755 s of a step that gathers twice per
     micro-batch."""
-    from training.hardware import GPUS
+    from training.gpus import GPUS
 
     node = workload.Cluster(gpu=GPUS["H100"], nodes=1, gpus_per_node=2, inter_node_gbps=0.0)
     for accum, seconds in ((16, 2.0484), (4, 0.5808)):
@@ -563,7 +564,7 @@ def test_another_gpus_host_bound_step_keeps_the_layouts_gathered_saving():
 def test_the_basis_line_gives_the_host_floor_of_both_kinds_of_layout():
     """The H100's line at 16 micro-batches: 0.0667 + 16 x 0.17213 = 2.82 s when the layers are gathered twice per
     micro-batch, 2.05 s kept gathered (the worked example above)."""
-    from training.hardware import GPUS
+    from training.gpus import GPUS
 
     line = calibration.CALIBRATION.basis(GPUS["H100"], workload.Workload(2048, 1, 16, True, 2048), QWEN, 2)
     assert "take less than the host's launches, 2.82 s (2.05 s with the weights kept gathered): " in line
@@ -584,7 +585,7 @@ def test_plan_cli_offers_a_faster_shape_at_the_same_batch_and_lora_when_nothing_
 def test_usable_memory_is_the_datasheet_gigabytes_less_the_runtimes_share():
     """Datasheets give GPU memory in GB (10^9 bytes): an L4 has 24 GB = 24,000,000,000 bytes; less 1.5 GiB
     (1,610,612,736 bytes) for the CUDA context, cuBLAS and NCCL, the allocator has 22,389,387,264 bytes."""
-    from training.hardware import GPUS
+    from training.gpus import GPUS
     from planning.memory import usable_bytes
 
     assert usable_bytes(GPUS["L4"]) == 22_389_387_264

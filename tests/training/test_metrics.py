@@ -183,7 +183,7 @@ def test_parameters_count_a_tied_weight_once_and_can_leave_the_embedding_out():
 @pytest.mark.parametrize("name,gpu", [("NVIDIA L40S", "L40S"), ("NVIDIA L4", "L4"), ("NVIDIA A10G", "A10G"),
                                       ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA A100-SXM4-80GB", "A100"), ("Radeon", None)])
 def test_device_names_match_the_longest_model_name(name, gpu):
-    from training.hardware import gpu_for_device_name
+    from training.gpus import gpu_for_device_name
 
     found = gpu_for_device_name(name)
     assert (found.name if found else None) == gpu

@@ -86,13 +86,13 @@ REFUSED = [
     (["--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "3", "--seq-len", "2048"],
      r"^--batch-tokens: 65,536 is not a multiple of 3 workers \(--workers\) x 1 sequences \(--micro-batch\) x 2,048"),
     (["--activation-checkpointing", "auto"], r"^--activation-checkpointing: auto needs a known --instance-type "
-     r"\(training/hardware.py\), whole nodes of workers \(--workers\) and a model whose shape the planner knows "
+     r"\(planning/hardware.py\), whole nodes of workers \(--workers\) and a model whose shape the planner knows "
      r"\(qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny or their Qwen/Qwen2.5 hub ids\); set --activation-checkpointing instead$"),
     (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
       "--instance-type", "g6.12xlarge", "--model", "/models/mine"], r"^--micro-batch: auto needs a known --instance-type .*; "
      r"set --micro-batch and --activation-checkpointing instead$"),
     (["--activation-checkpointing", "auto", "--workers", "6", "--instance-type", "g6.12xlarge", "--model", "qwen2.5-1.5b"],
-     r"^--activation-checkpointing: auto needs a known --instance-type \(training/hardware.py\), whole nodes of workers"),
+     r"^--activation-checkpointing: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers"),
     (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
       "--instance-type", "g6.12xlarge", "--model", "qwen2.5-14b"],
      r"^--instance-type: qwen2.5-14b fits in no layout, micro-batch or recomputation on 2 x g6.12xlarge"),
@@ -171,7 +171,7 @@ MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny), 
     ({"run_name": "bad name"}, "--run-name: 'bad name' must start with a letter, digit or '_' and hold only letters, "
      "digits, '.', '_' and '-' (no '..'), at most 128 characters"),
     ({"prompt_field": "a"}, "--prompt-field and --response-field: give both (instruction data) or neither"),
-    ({"instance_type": "x1"}, "--instance-type: 'x1' is not in training/hardware.py (g4dn.xlarge, g5.48xlarge, "
+    ({"instance_type": "x1"}, "--instance-type: 'x1' is not in planning/hardware.py (g4dn.xlarge, g5.48xlarge, "
      "g6.12xlarge, g6.48xlarge, g6e.12xlarge, m6i.xlarge, m7i.2xlarge, m7i.xlarge, p4d.24xlarge, p5.48xlarge)"),
     ({"data": "hf:org/a..b"}, f"--data: 'hf:org/a..b' {HUB_DATA}"),
     ({"data": "hf:org/name:bad split"}, f"--data: 'hf:org/name:bad split' {HUB_DATA}"),
