@@ -1,7 +1,7 @@
 """Run settings of the trainer: one dataclass, its command line, and its validation.
 
 `validate` is pure and offline: `cdk synth` runs it on the RayJob's exact entrypoint, so a value
-the trainer would refuse on the cluster is refused at synth. `check_inputs` looks for the model
+the trainer would refuse on the cluster is refused at synth. training/inputs.py looks for the model
 and data where they live, on the machine that starts the run, before Ray starts.
 """
 
@@ -61,7 +61,7 @@ MAX_SEQ_LEN = 131072
 MAX_LOSS_CHUNK_TOKENS = 1 << 20
 # Paths and URIs reach a shell command line (the RayJob entrypoint): no spaces, quotes, $, ;, |, &, `.
 _PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
 # hf:org/name[@revision][[:config]:split] or hf:/folder[:split]; training.data reads the same spec. A
 # config comes only before a split (hf:org/name:config:split), so hf:org/name:split keeps its meaning.
 HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:@]+?)(?:@(?P<revision>[A-Za-z0-9][\w./-]{0,127}))?"
@@ -307,7 +307,7 @@ def validate(c: TrainConfig) -> TrainConfig:
         require(c.chat_template.endswith(TEMPLATE_SUFFIXES),
                 f"--chat-template: {c.chat_template!r} must be a {'/'.join(TEMPLATE_SUFFIXES)} file or a Hub model id (org/name)")
     elif c.chat_template is not None:
-        require(_HUB_ID.fullmatch(c.chat_template) is not None and "--" not in c.chat_template,
+        require(HUB_ID.fullmatch(c.chat_template) is not None and "--" not in c.chat_template,
                 f"--chat-template: {c.chat_template!r} must be a {'/'.join(TEMPLATE_SUFFIXES)} file or a Hub model id (org/name)")
     require(0 <= c.lora_rank <= MAX_LORA_RANK, f"--lora-rank: {c.lora_rank} must be between 0 (full fine-tuning) "
             f"and {MAX_LORA_RANK}")
@@ -436,7 +436,7 @@ def _validate_data(option: str, value: str) -> None:
         match = HF_DATA_SPEC.fullmatch(value)
         repo = match.group("repo") if match else ""
         local = repo.startswith(("/", "./", "../", "~"))
-        if match is None or not (local or (_HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
+        if match is None or not (local or (HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
             raise ConfigError(f"{option}: {value!r} must be {HF_SPEC_FORMS} "
                               "(a revision, config or split is letters, digits, '_', '.', '-')")
         if local and (match.group("revision") or match.group("config")):
@@ -457,7 +457,7 @@ def _validate_model(model: str) -> None:
     if model.startswith(("s3://", "/", "./", "../", "~", "file://")):
         _validate_location("--model", model)
         return
-    if _HUB_ID.fullmatch(model) is None or "--" in model or ".." in model:
+    if HUB_ID.fullmatch(model) is None or "--" in model or ".." in model:
         raise ConfigError(f"--model: {model!r} is not a built-in ({', '.join(BUILTIN_MODELS)}), a hub id org/name, "
                           "a path (/..., ./...) or s3://bucket/prefix")
 
@@ -478,73 +478,6 @@ def _validate_location(option: str, value: str, remote: bool = True) -> None:
                           "(3-63 lower-case letters, digits, '.' or '-')")
     if scheme == "file" and not value.startswith("file:///"):
         raise ConfigError(f"{option}: {value!r} must be an absolute file:///path")
-
-
-def check_inputs(c: TrainConfig) -> None:
-    """Before Ray starts: the model and data exist where the options say, with a one-line error if not.
-
-    Local paths are looked at on this machine (the driver: the head pod on the cluster, where
-    pod paths are the same as on the workers), s3:// URIs with the machine's credentials.
-    Hub ids are left to the download, which names what is missing.
-    """
-    from pathlib import Path
-
-    def local(value: str) -> Path:
-        return Path(value.removeprefix("file://")).expanduser()
-
-    if c.model not in BUILTIN_MODELS and not c.model.startswith("s3://") and _HUB_ID.fullmatch(c.model) is None:
-        folder = local(c.model)
-        if not (folder / "config.json").is_file():
-            raise ConfigError(f"--model: {c.model!r} is not a folder with a config.json (a saved Hugging Face model)")
-        max_positions = _local_max_positions(folder)
-        if max_positions and c.seq_len > max_positions:
-            raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
-    if c.model.startswith("s3://"):
-        _check_s3("--model", c.model.rstrip("/") + "/config.json")
-    elif c.lora_rank and _HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here
-        from training.model import lora_config, model_config
-
-        lora_config(c, model_config(c))  # the named target modules exist
-    if c.chat_template is not None and chat_template_is_file(c.chat_template):
-        if c.chat_template.startswith("s3://"):
-            _check_s3("--chat-template", c.chat_template)
-        elif not local(c.chat_template).is_file():
-            raise ConfigError(f"--chat-template: {c.chat_template!r} is not a file on this machine")
-    for option, value in (("--data", c.data), ("--val-data", c.val_data)):
-        if value is None or value in SYNTHETIC_DATA:
-            continue
-        if value.startswith("s3://"):
-            _check_s3(option, value)
-            continue
-        path = HF_DATA_SPEC.fullmatch(value).group("repo") if value.startswith("hf:") else value
-        if value.startswith("hf:") and not path.startswith(("/", "./", "../", "~")):
-            continue  # a Hub id: listing it names what is missing
-        if not local(path).exists():
-            raise ConfigError(f"{option}: {path!r} does not exist on this machine")
-
-
-def _local_max_positions(folder) -> int | None:
-    import json
-
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"--model: {folder}/config.json cannot be read: {error}") from None
-    return config.get("max_position_embeddings")
-
-
-def _check_s3(option: str, uri: str) -> None:
-    """An object, or any object under a prefix (a folder), exists at this s3:// URI."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    try:
-        found = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount", 0) > 0
-    except (ClientError, BotoCoreError) as error:  # credentials, permissions, a missing bucket: all end the run here
-        raise ConfigError(f"{option}: cannot read {uri}: {str(error).splitlines()[0]}") from None
-    if not found:
-        raise ConfigError(f"{option}: {uri} does not exist")
 
 
 def _flag(name: str) -> str:

@@ -18,8 +18,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args, resolve_auto
+from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, parse_args, resolve_auto
+from training.inputs import check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
+from training.storage import storage_uri
 
 NCCL_LOG_ROOT = "/tmp/nccl-logs"
 
@@ -341,10 +343,6 @@ def prepare_worker_process() -> None:
 
 def run_uri(cfg: TrainConfig) -> str:
     return f"{storage_uri(cfg.storage_path)}/{cfg.run_name}"
-
-
-def storage_uri(path: str) -> str:
-    return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())
 
 
 def runtime_env(cfg: TrainConfig) -> dict:

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from training.config import ConfigError, TrainConfig, check_inputs, validate
+from training.config import ConfigError, TrainConfig, validate
+from training.inputs import check_inputs
 
 
 @pytest.mark.parametrize("changes,message", [

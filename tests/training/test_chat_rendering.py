@@ -150,7 +150,8 @@ def test_bad_chat_template_settings_are_one_line(value, message):
 
 
 def test_a_missing_template_file_is_found_before_ray_starts(tmp_path):
-    from training.config import ConfigError, TrainConfig, check_inputs
+    from training.config import ConfigError, TrainConfig
+    from training.inputs import check_inputs
 
     with pytest.raises(ConfigError, match=r"--chat-template: '.*missing.jinja' is not a file on this machine"):
         check_inputs(TrainConfig(chat_template=str(tmp_path / "missing.jinja")))

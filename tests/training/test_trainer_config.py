@@ -1,5 +1,5 @@
 """The trainer's options: every refusal of training/config.py fires, as one line naming the option,
-and `check_inputs` finds a missing model or data before Ray starts."""
+and `check_inputs` (training/inputs.py) finds a missing model or data before Ray starts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from training.config import MAX_STEPS, ConfigError, TrainConfig, check_inputs, parse_args, validate
+from training.config import MAX_STEPS, ConfigError, TrainConfig, parse_args, validate
+from training.inputs import check_inputs
 from training.train import main
 
 REFUSED = [
