@@ -100,12 +100,13 @@ def first():
 
 @pytest.fixture
 def edited_trainer(tmp_path, monkeypatch):
-    """A copy of the trainer package with one file edited, as a developer would between deploys."""
-    def edit(filename: str):
-        package = tmp_path / "training"
-        shutil.copytree(ROOT / "training", package, ignore=shutil.ignore_patterns("__pycache__"))
-        (package / filename).write_text((package / filename).read_text() + "\n# edited\n")
-        monkeypatch.setattr(training_workload, "TRAINER_PACKAGE", package)
+    """A copy of the Python packages with one file edited (a path under the repository), as a developer would
+    between deploys; the stack ships the copy's trainer."""
+    def edit(path: str):
+        for name in ("training", "planning", "benchmarks"):
+            shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+        (tmp_path / path).write_text((tmp_path / path).read_text() + "\n# edited\n")
+        monkeypatch.setattr(training_workload, "TRAINER_PACKAGE", tmp_path / "training")
     return edit
 
 
@@ -157,7 +158,7 @@ def test_a_changed_setting_replaces_the_job_shares_nothing_and_leaves_no_orphan(
 
 
 def test_a_changed_trainer_replaces_the_job_and_its_configmap(first, edited_trainer):
-    edited_trainer("train.py")
+    edited_trainer("training/train.py")
     second = deployed()
     cluster = second_deploy(first, second)
     assert set(cluster.objects) == {key(o) for r in second.values() for o in r["objects"]}
@@ -169,7 +170,7 @@ def test_the_scale_down_delay_changes_no_job(first):
 
 
 def test_editing_the_benchmark_changes_nothing_on_the_cluster(first, edited_trainer):
-    edited_trainer("bench.py")
+    edited_trainer("benchmarks/bench.py")
     assert deployed() == first
 
 
