@@ -34,6 +34,8 @@ node_modules/.installed: package-lock.json $(VENV)/.synth-deps
 synth: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet $(CDK_ARGS)
 	$(PY) -m tools.review cdk.out
+	# The seams: the template as CloudFormation, IAM, the API server and the node read it (tools/seams).
+	$(PY) -m tools.seams cdk.out
 
 # What `make deploy` would change, with the same filled-in settings (your access entry and address).
 diff: $(VENV)/.synth-deps node_modules/.installed
