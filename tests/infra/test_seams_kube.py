@@ -20,11 +20,13 @@ def config_map(data: dict, **meta) -> dict:
 
 def test_last_applied_holds_the_object_as_go_encodes_it():
     # kubectl apply's annotation for {"kind":"ConfigMap",...}: compact, sorted keys, HTML characters escaped,
-    # a final newline (encoding/json Encoder.Encode), and without the annotation itself.
+    # a final newline (encoding/json Encoder.Encode), without the annotation itself but with the emptied map
+    # (GetModifiedConfiguration sets the annotations to map[string]string{} when there were none).
     obj = {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "a"}, "data": {"x": "a<b&c>"}}
     stored = kube.stored_annotations(obj)
     assert stored == {kube.LAST_APPLIED:
-                      '{"apiVersion":"v1","data":{"x":"a\\u003cb\\u0026c\\u003e"},"kind":"ConfigMap","metadata":{"name":"a"}}\n'}
+                      '{"apiVersion":"v1","data":{"x":"a\\u003cb\\u0026c\\u003e"},"kind":"ConfigMap",'
+                      '"metadata":{"annotations":{},"name":"a"}}\n'}
 
 
 def test_annotation_size_is_the_sum_of_keys_and_values_in_bytes():

@@ -270,6 +270,10 @@ RETURN_VALUES: dict[str, tuple[Value, dict[str, Value]]] = {
                                   {"LayerVersionArn": _id("AWS::Lambda::LayerVersion", "arn")}),
     # Ref: the log group's name.
     "AWS::Logs::LogGroup": (lambda r, lid: r.name_of(lid, "LogGroupName"), {"Arn": _log_group_arn}),
+    # Ref: the repository's name; Arn, RepositoryUri <account>.dkr.ecr.<region>.amazonaws.com/<name>.
+    "AWS::ECR::Repository": (lambda r, lid: r.name_of(lid, "RepositoryName"), {
+        "Arn": lambda r, lid: r.arn("ecr", f"repository/{r.name_of(lid, 'RepositoryName')}"),
+        "RepositoryUri": lambda r, lid: f"{ACCOUNT}.dkr.ecr.{r.region}.{URL_SUFFIX}/{r.name_of(lid, 'RepositoryName')}"}),
     # Ref: the bucket's name; Arn: arn:aws:s3:::<name> (no region, no account).
     "AWS::S3::Bucket": (lambda r, lid: r.name_of(lid, "BucketName"), {
         "Arn": lambda r, lid: f"arn:{PARTITION}:s3:::{r.name_of(lid, 'BucketName')}",

@@ -1,6 +1,6 @@
 """The Kubernetes API server's side of the seam: what it refuses of the objects the stack applies.
 
-aws-cdk-lib's kubectl handler (custom-resource-handlers kubectl-handler/apply/__init__.py) applies a
+aws-cdk-lib 2.275.0's kubectl handler (custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py) applies a
 KubernetesManifest with `kubectl apply` when Overwrite is set, else `kubectl create --save-config`;
 both store the whole object in the kubectl.kubernetes.io/last-applied-configuration annotation, so
 that annotation counts against the object's annotation limit. Limits, from k8s.io/apimachinery and
@@ -54,7 +54,8 @@ def manifests(r: Resolver) -> list[tuple[str, dict, bool]]:
 def go_json(obj) -> str:
     """What kubectl writes into last-applied-configuration: Go's encoding/json of the object (keys sorted,
     no spaces, <, > and & escaped as \\u003c, \\u003e, \\u0026, U+2028/2029 escaped, other non-ASCII kept),
-    then the newline json.Encoder appends (k8s.io/kubectl pkg/util/apply.go GetModifiedConfiguration)."""
+    then the newline json.Encoder appends (k8s.io/kubectl pkg/util/apply.go GetModifiedConfiguration encodes
+    with apimachinery's UnstructuredJSONScheme, a json.Encoder with its default HTML escaping)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
                          ("\u2029", "\\u2029")):
@@ -67,7 +68,8 @@ def stored_annotations(obj: dict) -> dict[str, str]:
     which holds the object without that annotation."""
     meta = obj.get("metadata", {})
     own = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
-    bare = {**obj, "metadata": {**meta, "annotations": own} if own else {k: v for k, v in meta.items() if k != "annotations"}}
+    # kubectl sets the annotations to the map without last-applied, an empty one included ("annotations":{}).
+    bare = {**obj, "metadata": {**meta, "annotations": own}}
     return {**own, LAST_APPLIED: go_json(bare)}
 
 

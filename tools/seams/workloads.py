@@ -217,8 +217,9 @@ def ray_calls(r: Resolver, namespace: str, service_account: str) -> list[Call]:
 
 
 def kubectl_handler_calls(r: Resolver) -> list[Call]:
-    """aws-cdk-lib's kubectl provider: the framework invokes the handler; the handler writes its kubeconfig
-    with `aws eks update-kubeconfig` (eks:DescribeCluster) before running kubectl/helm."""
+    """aws-cdk-lib's kubectl provider: the framework invokes the handler (USER_ON_EVENT_FUNCTION_ARN); the
+    handler writes its kubeconfig with `aws eks update-kubeconfig` (eks:DescribeCluster) before running kubectl
+    or helm (aws-cdk-lib 2.275.0 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py)."""
     calls = []
     for lid in _of_type(r, "AWS::Lambda::Function"):
         env = r.resources[lid]["Properties"].get("Environment", {}).get("Variables", {})
