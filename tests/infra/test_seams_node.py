@@ -112,3 +112,23 @@ def test_a_group_without_efa_keeps_the_default():
 def test_the_synthesized_gpu_nodes_give_containers_an_unlimited_memlock(template):
     """Issue 30 defect 2: the GPU launch template has no user data, so containers get 8 MiB."""
     assert node.problems(Resolver(template.to_json(), "us-east-2")) == []
+
+
+def hugepages_pod(amount: str) -> dict:
+    return {"kind": "Pod", "spec": {"nodeSelector": {"role": "gpu-worker"}, "containers": [
+        {"resources": {"limits": {"hugepages-2Mi": amount, "memory": "1Gi"}}}]}}
+
+
+def test_a_pod_asking_hugepages_the_node_does_not_reserve_is_refused():
+    t = nodegroup_template(None, efa=False)
+    t["Resources"]["Gpu"]["Properties"]["Labels"] = {"role": "gpu-worker"}
+    [problem] = node.problems(Resolver(t, "us-east-2"), [hugepages_pod("1Gi")])
+    assert problem == ("node: Gpu: a pod for it asks 1024 MiB of hugepages-2Mi, the node reserves 0 MiB "
+                       "(no vm.nr_hugepages in its user data)")
+
+
+def test_512_reserved_pages_cover_one_gibibyte():
+    t = nodegroup_template(mime(("text/x-shellscript", "#!/bin/bash\nsysctl -w vm.nr_hugepages=512\n")), efa=False)
+    t["Resources"]["Gpu"]["Properties"]["Labels"] = {"role": "gpu-worker"}
+    assert node.problems(Resolver(t, "us-east-2"), [hugepages_pod("1Gi")]) == []
+    assert len(node.problems(Resolver(t, "us-east-2"), [hugepages_pod("1026Mi")])) == 1

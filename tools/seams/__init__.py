@@ -13,4 +13,4 @@ def check_template(template: dict) -> list[str]:
     r = resolve_template(template)
     manifests = [obj for _, obj, _ in kube.manifests(r)]
     return ([d.line() for d in workloads.denials(workloads.all_calls(r, manifests))]
-            + kube.problems(r) + node.problems(r) + order.problems(r))
+            + kube.problems(r) + node.problems(r, manifests) + order.problems(r))

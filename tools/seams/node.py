@@ -109,8 +109,53 @@ def launch_template_of(r: Resolver, nodegroup_id: str) -> tuple[str, dict] | Non
     return logical_id, r.properties(logical_id).get("LaunchTemplateData", {})
 
 
-def problems(r: Resolver) -> list[str]:
+def _quantity_bytes(text: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": MIB, "Gi": 1 << 30, "K": 10**3, "M": 10**6, "G": 10**9}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * factor)
+    return int(text)
+
+
+def pod_specs(manifests: list[dict]) -> list[dict]:
+    """Every pod template a RayJob creates (head, worker groups, submitter) and any plain Pod."""
     found = []
+    for m in manifests:
+        if m.get("kind") == "RayJob":
+            spec = m["spec"].get("rayClusterSpec") or {}
+            groups = [spec.get("headGroupSpec") or {}] + list(spec.get("workerGroupSpecs") or [])
+            found += [g["template"]["spec"] for g in groups if "template" in g]
+            if m["spec"].get("submitterPodTemplate"):
+                found.append(m["spec"]["submitterPodTemplate"]["spec"])
+        elif m.get("kind") == "Pod":
+            found.append(m["spec"])
+    return found
+
+
+def hugepage_problems(r: Resolver, manifests: list[dict]) -> list[str]:
+    """A pod's hugepages-2Mi request is only schedulable on a node that reserved that many huge pages
+    (Kubernetes docs, "Manage HugePages": huge pages must be pre-allocated on the node)."""
+    found = []
+    for lid, resource in r.resources.items():
+        if resource["Type"] != "AWS::EKS::Nodegroup":
+            continue
+        labels = r.properties(lid).get("Labels") or {}
+        template = launch_template_of(r, lid)
+        reserved = node_view(template[1].get("UserData") if template else None).hugepages_2mi * 2 * MIB
+        for spec in pod_specs(manifests):
+            selector = spec.get("nodeSelector") or {}
+            if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            wanted = sum(_quantity_bytes(c.get("resources", {}).get("limits", {}).get("hugepages-2Mi", "0"))
+                         for c in spec.get("containers", []))
+            if wanted > reserved:
+                found.append(f"node: {lid}: a pod for it asks {wanted // MIB} MiB of hugepages-2Mi, the node reserves "
+                             f"{reserved // MIB} MiB (no vm.nr_hugepages in its user data)")
+    return found
+
+
+def problems(r: Resolver, manifests: list[dict] | None = None) -> list[str]:
+    found = hugepage_problems(r, manifests or [])
     for lid, resource in r.resources.items():
         if resource["Type"] != "AWS::EKS::Nodegroup":
             continue
