@@ -18,7 +18,6 @@ a policy variable (${...}) in a policy fails loudly.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass, field
 
@@ -94,8 +93,7 @@ _NEGATED = {"StringNotEquals", "StringNotEqualsIgnoreCase", "StringNotLike", "Ar
             "NumericNotEquals"}
 
 
-def _compare(operator: str, expected: str, actual: str) -> bool:
-    base = operator
+def _compare(base: str, expected: str, actual: str) -> bool:
     if base in ("StringEquals", "StringNotEquals"):
         return actual == expected
     if base in ("StringEqualsIgnoreCase", "StringNotEqualsIgnoreCase"):
@@ -118,7 +116,7 @@ def _compare(operator: str, expected: str, actual: str) -> bool:
         return float(actual) > float(expected)
     if base == "NumericGreaterThanEquals":
         return float(actual) >= float(expected)
-    raise SeamError(f"condition operator {operator} is not modelled")
+    raise SeamError(f"condition operator {base} is not modelled")
 
 
 def _condition_holds(operator: str, key: str, expected, context: dict) -> bool:

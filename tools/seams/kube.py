@@ -22,7 +22,7 @@ import base64
 import json
 import re
 
-from tools.seams.cfn import Resolver, SeamError
+from tools.seams.cfn import Resolver
 
 MANIFEST_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -138,9 +138,3 @@ def problems(r: Resolver) -> list[str]:
         found += [f"{p} ({lid})" for p in object_problems(obj, applied=True)]
     return found
 
-
-def check_manifest_text(text: str) -> list[dict]:
-    objects = json.loads(text)
-    if not isinstance(objects, list):
-        raise SeamError("a KubernetesManifest's Manifest is a JSON list of objects")
-    return objects

@@ -8,7 +8,6 @@ as a denial, naming workload, call and the statement that failed to match.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from tools.seams.cfn import ACCOUNT, PARTITION, Resolver, SeamError
@@ -331,6 +330,3 @@ def denials(calls: list[Call]) -> list[Denial]:
             found.append(Denial(call, decision, tuple(closest_statements(list(call.policies), call.request))))
     return found
 
-
-def describe(call: Call) -> str:
-    return json.dumps({"workload": call.workload, "action": call.request.action, "resource": call.request.resource})
