@@ -132,3 +132,14 @@ def test_512_reserved_pages_cover_one_gibibyte():
     t["Resources"]["Gpu"]["Properties"]["Labels"] = {"role": "gpu-worker"}
     assert node.problems(Resolver(t, "us-east-2"), [hugepages_pod("1Gi")]) == []
     assert len(node.problems(Resolver(t, "us-east-2"), [hugepages_pod("1026Mi")])) == 1
+
+
+def test_aws_cdk_multipart_user_data_with_a_printf_drop_in():
+    # What aws-cdk-lib's ec2.MultipartUserData renders for one shell part (its body base64-encoded).
+    script = ("#!/bin/bash\nmkdir -p /etc/systemd/system/containerd.service.d\n"
+              "printf '[Service]\\nLimitMEMLOCK=infinity\\n' > /etc/systemd/system/containerd.service.d/99-memlock.conf")
+    user_data = ('Content-Type: multipart/mixed; boundary="+AWS+CDK+User+Data+Separator=="\nMIME-Version: 1.0\n\n'
+                 '--+AWS+CDK+User+Data+Separator==\nContent-Type: text/x-shellscript; charset="utf-8"\n'
+                 f'Content-Transfer-Encoding: base64\n\n{b64(script)}\n--+AWS+CDK+User+Data+Separator==--\n')
+    view = node.node_view(b64(user_data))
+    assert view.multipart and view.memlock == math.inf

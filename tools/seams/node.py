@@ -36,7 +36,8 @@ AL2023_MEMLOCK = 8 * MIB
 AL2023_NOFILE = (65536, 1048576)
 UNLIMITED = math.inf
 _DROP_IN = re.compile(r"/etc/systemd/system/containerd\.service\.d/[^\s'\"]+\.conf")
-_LIMIT = re.compile(r"^\s*LimitMEMLOCK\s*=\s*(\S+)", re.MULTILINE)
+# Anywhere in the script: a heredoc puts it at a line's start, printf '[Service]\nLimitMEMLOCK=...' mid-line.
+_LIMIT = re.compile(r"LimitMEMLOCK\s*=\s*(infinity|unlimited|-1|\d+[KMG]?)")
 _HUGEPAGES = re.compile(r"vm\.nr_hugepages\s*=\s*(\d+)|echo\s+(\d+)\s*>\s*/proc/sys/vm/nr_hugepages")
 
 
