@@ -173,8 +173,12 @@ def test_the_observability_agents_kubectl_handler_and_nodes_are_allowed(calls):
 
 def test_a_removed_scale_from_zero_read_is_a_denial(synthesized):
     t = copy.deepcopy(synthesized.template)
-    policy = t["Resources"]["ClusterAutoscalerRoleDefaultPolicyE54914C6"]["Properties"]["PolicyDocument"]
-    policy["Statement"][0]["Action"].remove("ec2:GetInstanceTypesFromInstanceRequirements")
+    role = w.pod_identity_roles(synthesized)[("kube-system", "cluster-autoscaler")]
+    [policy] = [res["Properties"]["PolicyDocument"] for res in t["Resources"].values()
+                if res["Type"] == "AWS::IAM::Policy" and {"Ref": role} in res["Properties"]["Roles"]]
+    for statement in policy["Statement"]:
+        if isinstance(statement["Action"], list) and "ec2:GetInstanceTypesFromInstanceRequirements" in statement["Action"]:
+            statement["Action"].remove("ec2:GetInstanceTypesFromInstanceRequirements")
     found = [d for d in w.denials(w.autoscaler_calls(Resolver(t, "us-east-2")))
              if d.call.request.action == "ec2:GetInstanceTypesFromInstanceRequirements"]
     assert len(found) == 1
