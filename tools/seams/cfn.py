@@ -194,7 +194,8 @@ def _log_group_arn(r: Resolver, lid: str) -> str:
 
 
 RETURN_VALUES: dict[str, tuple[Value, dict[str, Value]]] = {
-    # Each entry: (Ref, {attribute: Fn::GetAtt}), from "Return values" of the type's User Guide page.
+    # Each entry: (Ref, {attribute: Fn::GetAtt}), from "Return values" of the type's User Guide page. Where no
+    # seam reads a value yet (an ID, an add-on's Ref), it is a typed placeholder; refine it from its page when one does.
     "AWS::EC2::EIP": (_id("AWS::EC2::EIP", "public-ip"), {
         "AllocationId": _id("AWS::EC2::EIP", "allocation-id"), "PublicIp": _id("AWS::EC2::EIP", "public-ip")}),
     "AWS::EC2::FlowLog": (_id("AWS::EC2::FlowLog"), {"Id": _id("AWS::EC2::FlowLog")}),

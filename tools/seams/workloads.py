@@ -183,8 +183,10 @@ def observability_calls(r: Resolver) -> list[Call]:
     for workload, group in (("CloudWatch agent", "performance"), ("Fluent Bit", "application"),
                             ("Fluent Bit", "dataplane"), ("Fluent Bit", "host")):
         group_arn = f"arn:{PARTITION}:logs:{r.region}:{ACCOUNT}:log-group:/aws/containerinsights/{cluster}/{group}"
+        # Resource ARNs as the Service Authorization Reference's CloudWatch Logs page defines them: a log-group
+        # for CreateLogStream and DescribeLogStreams, a log-stream (log-group:<name>:log-stream:<stream>) for PutLogEvents.
         for action in ("logs:CreateLogStream", "logs:DescribeLogStreams"):
-            calls.append(Call(workload, "cloudwatch_logs output", Request(principal, action, f"{group_arn}:*"), policies))
+            calls.append(Call(workload, "cloudwatch_logs output", Request(principal, action, group_arn), policies))
         calls.append(Call(workload, "cloudwatch_logs output", Request(
             principal, "logs:PutLogEvents", f"{group_arn}:log-stream:<stream>"), policies))
     return calls
