@@ -31,9 +31,12 @@ node_modules/.installed: package-lock.json $(VENV)/.synth-deps
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Synthesize, review, then read the template as CloudFormation, IAM, the API server and the node will
+# (tools/seams, docs/seams.md): a broken seam fails here instead of in a deploy.
 synth: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet $(CDK_ARGS)
 	$(PY) -m tools.review cdk.out
+	$(PY) -m tools.seams cdk.out
 
 # What `make deploy` would change, with the same filled-in settings (your access entry and address).
 diff: $(VENV)/.synth-deps node_modules/.installed
