@@ -180,7 +180,7 @@ def _mounts(worker: bool) -> list[dict]:
 
 
 # Nothing in Ray, NCCL or EFA needs a capability or privilege escalation (EFA's memory registration
-# needs an unlimited memlock rlimit, which containers inherit from the node's containerd).
+# needs an unlimited memlock rlimit, which containers inherit from the node's containerd: node_groups.memlock_user_data).
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
