@@ -14,6 +14,7 @@ no two jobs share an object.
 from __future__ import annotations
 
 import ast
+import base64
 import hashlib
 import json
 import shlex
@@ -22,12 +23,14 @@ from pathlib import Path
 
 from cdk_constructs.device_plugins import GPU_NODE_SELECTOR, gpu_tolerations
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
+from cdk_constructs.trainer_archive import ARCHIVE_KEY, ANNOTATIONS_BUDGET_BYTES, check_configmap_fits, trainer_archive
 
 TRAINER_PACKAGE = "training"
 TRAINER_ENTRY = "train.py"
 TRAINER_MOUNT = "/opt/trainer"
+# The pods import the trainer from the archive (zipimport): it is their PYTHONPATH.
+TRAINER_ARCHIVE_PATH = f"{TRAINER_MOUNT}/{ARCHIVE_KEY}"
 MODEL_CACHE_MOUNT = "/mnt/model-cache"
-CONFIGMAP_LIMIT_BYTES = 1024 * 1024
 DIGEST_CHARS = 10
 
 
@@ -73,20 +76,16 @@ def content_hash(files: dict[str, str]) -> str:
     return digest(files)
 
 
-def configmap_key(path: str) -> str:
-    # ConfigMap keys may not hold '/'; the volume's items[].path restores the folders.
-    return path.replace("/", "__")
-
-
-def trainer_configmap(name: str, namespace: str, files: dict[str, str]) -> dict:
+def trainer_configmap(name: str, namespace: str, files: dict[str, str], budget: int = ANNOTATIONS_BUDGET_BYTES) -> dict:
+    """The trainer files as one zip archive (binaryData), refused at synth if the API server would refuse
+    it under `kubectl apply` or if it comes near that limit (trainer_archive.check_configmap_fits)."""
+    archive = trainer_archive(files)
     manifest = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "annotations": {"eks-fsdp-efa/trainer-hash": content_hash(files)}},
-        "data": {configmap_key(path): text for path, text in files.items()},
+        "binaryData": {ARCHIVE_KEY: base64.b64encode(archive).decode()},
     }
-    size = sum(len(k) + len(v.encode()) for k, v in manifest["data"].items())
-    if size > CONFIGMAP_LIMIT_BYTES:
-        raise ValueError(f"trainer ConfigMap: {size} bytes exceeds Kubernetes' 1 MiB limit")
+    check_configmap_fits(manifest, archive, budget)
     return manifest
 
 
@@ -140,7 +139,7 @@ class RayClusterSpec:
 
 def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
     env = {
-        "PYTHONPATH": TRAINER_MOUNT,
+        "PYTHONPATH": TRAINER_ARCHIVE_PATH,
         "HF_HOME": MODEL_CACHE_MOUNT,
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -162,9 +161,7 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
 
 def _volumes(spec: RayClusterSpec, worker: bool, configmap_name: str) -> list[dict]:
     volumes = [
-        {"name": "trainer",
-         "configMap": {"name": configmap_name,
-                       "items": [{"key": configmap_key(p), "path": p} for p in spec.trainer_files]}},
+        {"name": "trainer", "configMap": {"name": configmap_name, "items": [{"key": ARCHIVE_KEY, "path": ARCHIVE_KEY}]}},
         # Ray's object store is shared memory; the container runtime's default /dev/shm is 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib if worker else spec.head_shm_gib}Gi"}},
     ]
@@ -175,7 +172,9 @@ def _volumes(spec: RayClusterSpec, worker: bool, configmap_name: str) -> list[di
 
 
 def _mounts(worker: bool) -> list[dict]:
-    mounts = [{"name": "trainer", "mountPath": TRAINER_MOUNT, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    # By subPath: the archive alone at its path, without the ConfigMap volume's symlinked folders.
+    mounts = [{"name": "trainer", "mountPath": TRAINER_ARCHIVE_PATH, "subPath": ARCHIVE_KEY, "readOnly": True},
+              {"name": "dshm", "mountPath": "/dev/shm"}]
     return mounts + ([{"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}] if worker else [])
 
 

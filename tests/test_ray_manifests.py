@@ -8,8 +8,11 @@ the synthesized stack holds exactly these).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import shlex
+import zipfile
 
 import pytest
 
@@ -17,12 +20,13 @@ from cdk_constructs import ray_manifests as rm
 from tests.conftest import pure_workload
 
 IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
-COMMON_ENV = [{"name": "PYTHONPATH", "value": "/opt/trainer"}, {"name": "HF_HOME", "value": "/mnt/model-cache"},
+COMMON_ENV = [{"name": "PYTHONPATH", "value": "/opt/trainer/trainer.zip"}, {"name": "HF_HOME", "value": "/mnt/model-cache"},
               {"name": "TOKENIZERS_PARALLELISM", "value": "false"}, {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
               {"name": "AWS_REGION", "value": "us-east-2"}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-2"}]
 SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 PRE_STOP = {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}
-TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer", "readOnly": True}
+TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer/trainer.zip", "subPath": "trainer.zip", "readOnly": True}
+TRAINER_VOLUME = {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [{"key": "trainer.zip", "path": "trainer.zip"}]}}
 
 
 def spec(**overrides) -> rm.RayClusterSpec:
@@ -78,9 +82,7 @@ def test_head_pod_in_full():
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
         "volumes": [
-            {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [
-                {"key": "training__train.py", "path": "training/train.py"},
-                {"key": "training__step.py", "path": "training/step.py"}]}},
+            TRAINER_VOLUME,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "3Gi"}}],
     }
 
@@ -100,9 +102,7 @@ def test_worker_pod_in_full():
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
         "volumes": [
-            {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [
-                {"key": "training__train.py", "path": "training/train.py"},
-                {"key": "training__step.py", "path": "training/step.py"}]}},
+            TRAINER_VOLUME,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
             {"name": "model-cache", "emptyDir": {"sizeLimit": "100Gi"}}],
     }
@@ -228,28 +228,15 @@ def test_entrypoint_flags(options, expected):
 
 def test_configmap_in_full():
     files = {"training/train.py": "print(1)\n", "training/__init__.py": ""}
-    assert rm.trainer_configmap("trainer-x", "training", files) == {
+    configmap = rm.trainer_configmap("trainer-x", "training", files)
+    archive = base64.b64decode(configmap.pop("binaryData").pop("trainer.zip"))
+    assert configmap == {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "trainer-x", "namespace": "training",
                      "annotations": {"eks-fsdp-efa/trainer-hash": rm.content_hash(files)}},
-        "data": {"training__train.py": "print(1)\n", "training____init__.py": ""},
     }
-
-
-def test_configmap_at_the_limit_passes_and_one_byte_over_is_refused():
-    key = "training__big.py"
-    at_limit = {"training/big.py": "x" * (rm.CONFIGMAP_LIMIT_BYTES - len(key))}
-    rm.trainer_configmap("t", "n", at_limit)
-    over = {"training/big.py": at_limit["training/big.py"] + "x"}
-    with pytest.raises(ValueError, match=r"^trainer ConfigMap: 1048577 bytes exceeds Kubernetes' 1 MiB limit$"):
-        rm.trainer_configmap("t", "n", over)
-
-
-def test_configmap_size_counts_encoded_bytes():
-    key = "training__u.py"
-    text = "é" * ((rm.CONFIGMAP_LIMIT_BYTES - len(key)) // 2 + 1)  # 2 bytes each in UTF-8
-    with pytest.raises(ValueError, match="exceeds Kubernetes' 1 MiB limit"):
-        rm.trainer_configmap("t", "n", {"training/u.py": text})
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        assert {name: opened.read(name).decode() for name in opened.namelist()} == files
 
 
 def test_namespace_under_pod_security_admission_in_full():
