@@ -134,6 +134,9 @@ class EfaTrainingStack(Stack):
         self.observability = Observability(self, "Observability", ObservabilityProps(
             cluster=self.cluster, cluster_name=self.settings.eks_cluster_name, retention=self.log_retention,
             encryption_key=self.logs_key, requires=(self.system_nodes.nodegroup,)))
+        # Fluent Bit starts reading at the end of existing logs (READ_FROM_HEAD Off): a pod that started
+        # before it would lose its first lines, so the job waits for the add-on.
+        self.training.ray_job.node.add_dependency(self.observability.addon)
 
     def _add_outputs(self) -> None:
         w = self.training
