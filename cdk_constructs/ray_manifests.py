@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdk_constructs.device_plugins import GPU_NODE_SELECTOR, gpu_tolerations
+from cdk_constructs.errors import ConstructError
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
 from cdk_constructs.trainer_archive import ARCHIVE_KEY, ANNOTATIONS_BUDGET_BYTES, check_configmap_fits, trainer_archive
 
@@ -307,12 +308,26 @@ class RayJobSpec:
     """A new number is a new run of the same settings, from the start (a new run folder)."""
     cache_dir: str = MODEL_CACHE_MOUNT
     active_deadline_seconds: int = 4 * 3600
+    pre_running_deadline_seconds: int = 1200
+    """KubeRay fails an attempt whose Ray cluster is not running this long after it started
+    (PreRunningDeadlineExceeded, retried under backoff_limit): a GPU node that launched while its partner
+    was refused capacity bills this long per attempt, not until the active deadline."""
     backoff_limit: int = 1
     """Retries of the whole job, each on a fresh RayCluster (rayjob_controller.go checkBackoffLimitAndUpdateStatusIfNeeded)."""
     submitter_backoff_limit: int = 2
     """Retries of the submitter pod that runs `ray job submit` (createNewK8sJob)."""
     ttl_seconds_after_finished: int = 300
     """How long the finished job's RayCluster (and GPU nodes) stay, so that logs can be read."""
+
+    def __post_init__(self) -> None:
+        # rayjob_controller.go (KubeRay v1.7.0) checks activeDeadlineSeconds before preRunningDeadlineSeconds
+        # on every reconcile of an initializing job, and never retries DeadlineExceeded
+        # (checkBackoffLimitAndUpdateStatusIfNeeded): a pre-running deadline not below it would never fire.
+        if not 0 < self.pre_running_deadline_seconds < self.active_deadline_seconds:
+            raise ConstructError(
+                f"RayJob: preRunningDeadlineSeconds {self.pre_running_deadline_seconds} must be positive and below "
+                f"activeDeadlineSeconds {self.active_deadline_seconds} (KubeRay checks the active deadline first "
+                "and never retries it)")
 
     @property
     def trainer_hash(self) -> str:
@@ -349,6 +364,8 @@ def _job_spec(job: RayJobSpec, storage_path: str, configmap_name: str) -> dict:
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
         "activeDeadlineSeconds": job.active_deadline_seconds,
+        # Counted from each attempt's start (initRayJobStatusIfNeed resets StartTime), until the job runs.
+        "preRunningDeadlineSeconds": job.pre_running_deadline_seconds,
         # Allowed now that the job owns its cluster (validation.go ValidateRayJobSpec refuses it only with a
         # clusterSelector): a failed job is retried on a new RayCluster, resuming from the run's checkpoints.
         "backoffLimit": job.backoff_limit,

@@ -87,6 +87,7 @@ class TrainingWorkloadProps:
     rerun: int = 0
     """Part of the run's and the job's names: a new number trains the same settings again, from the start."""
     active_deadline_seconds: int = 4 * 3600
+    pre_running_deadline_seconds: int = 1200
     backoff_limit: int = 1
     submitter_backoff_limit: int = 2
     ttl_seconds_after_finished: int = 300
@@ -134,7 +135,8 @@ class TrainingWorkload(Construct):
         self.job_spec = rm.RayJobSpec(
             namespace=props.namespace, cluster=pods, trainer_options=dict(props.trainer_options),
             storage_path=f"s3://{self.bucket.bucket_name}/runs", rerun=props.rerun,
-            active_deadline_seconds=props.active_deadline_seconds, backoff_limit=props.backoff_limit,
+            active_deadline_seconds=props.active_deadline_seconds,
+            pre_running_deadline_seconds=props.pre_running_deadline_seconds, backoff_limit=props.backoff_limit,
             submitter_backoff_limit=props.submitter_backoff_limit,
             ttl_seconds_after_finished=props.ttl_seconds_after_finished,
         )

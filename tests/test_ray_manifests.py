@@ -17,6 +17,7 @@ import zipfile
 import pytest
 
 from cdk_constructs import ray_manifests as rm
+from cdk_constructs.errors import ConstructError
 from tests.conftest import pure_workload
 
 IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
@@ -141,7 +142,7 @@ def test_any_change_to_the_pods_names_a_new_job_and_the_same_spec_the_same_one(c
 
 
 @pytest.mark.parametrize("change", [
-    {"trainer_options": {"model": "tiny", "steps": 6}}, {"rerun": 1}, {"active_deadline_seconds": 60},
+    {"trainer_options": {"model": "tiny", "steps": 6}}, {"rerun": 1}, {"active_deadline_seconds": 3600}, {"pre_running_deadline_seconds": 900},
     {"backoff_limit": 0}, {"submitter_backoff_limit": 0}, {"ttl_seconds_after_finished": 0}, {"cache_dir": "/c"},
 ])
 def test_any_change_to_the_job_names_a_new_job(change):
@@ -155,7 +156,7 @@ def test_digest_is_a_stable_sha256_prefix_of_sorted_json():
 
 def test_job_in_full():
     j = job(trainer_options={"model": "tiny", "steps": 5, "compile": False, "require_efa": True, "model_revision": None},
-            active_deadline_seconds=600, backoff_limit=2, submitter_backoff_limit=1, ttl_seconds_after_finished=120)
+            active_deadline_seconds=600, pre_running_deadline_seconds=300, backoff_limit=2, submitter_backoff_limit=1, ttl_seconds_after_finished=120)
     run = j.run_name
     assert run == "ft-" + rm.digest([j.trainer_options, spec().trainer_hash])
     assert j.name.startswith(run + "-") and len(j.name) == len(run) + 1 + 10
@@ -167,7 +168,8 @@ def test_job_in_full():
         "entrypoint": f"python -m training.train --model=tiny --steps=5 --no-compile --require-efa "
                       f"--storage-path=s3://b/runs --run-name={run} --cache-dir=/mnt/model-cache",
         "submissionMode": "K8sJobMode", "shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 120,
-        "activeDeadlineSeconds": 600, "backoffLimit": 2, "submitterConfig": {"backoffLimit": 1}}
+        "activeDeadlineSeconds": 600, "preRunningDeadlineSeconds": 300, "backoffLimit": 2,
+        "submitterConfig": {"backoffLimit": 1}}
     assert "clusterSelector" not in manifest["spec"]
     assert manifest["spec"]["rayClusterSpec"] == rm.ray_cluster_spec(spec(), j.name + "-trainer")
 
@@ -175,9 +177,18 @@ def test_job_in_full():
 def test_job_defaults():
     j = rm.RayJobSpec(namespace="n", cluster=spec(), trainer_options={}, storage_path="/r")
     manifest = rm.ray_job_manifest(j)["spec"]
-    assert (manifest["activeDeadlineSeconds"], manifest["backoffLimit"], manifest["submitterConfig"],
-            manifest["ttlSecondsAfterFinished"]) == (4 * 3600, 1, {"backoffLimit": 2}, 300)
+    assert (manifest["activeDeadlineSeconds"], manifest["preRunningDeadlineSeconds"], manifest["backoffLimit"],
+            manifest["submitterConfig"], manifest["ttlSecondsAfterFinished"]) == (4 * 3600, 1200, 1, {"backoffLimit": 2}, 300)
     assert j.cache_dir == "/mnt/model-cache" and j.rerun == 0
+
+
+@pytest.mark.parametrize("pre_running,active", [(3600, 3600), (7200, 3600), (0, 3600)])
+def test_a_pre_running_deadline_the_active_deadline_would_preempt_is_refused(pre_running, active):
+    """KubeRay v1.7.0 rayjob_controller.go: an initializing job is checked against activeDeadlineSeconds before
+    preRunningDeadlineSeconds, and DeadlineExceeded is never retried (checkBackoffLimitAndUpdateStatusIfNeeded)."""
+    with pytest.raises(ConstructError, match=rf"^RayJob: preRunningDeadlineSeconds {pre_running} must be positive and "
+                                             rf"below activeDeadlineSeconds {active} "):
+        job(pre_running_deadline_seconds=pre_running, active_deadline_seconds=active)
 
 
 def test_submitter_pod_is_kuberays_default_hardened():
