@@ -73,7 +73,9 @@ def kubectl_applied_annotations(manifest: dict) -> dict[str, str]:
     (json.Encoder.Encode: Go's JSON and a newline)."""
     applied = json.loads(json.dumps(manifest))
     metadata = applied.setdefault("metadata", {})
-    metadata.setdefault("labels", {}).setdefault(PRUNE_LABEL_STAND_IN, "")
+    labels = metadata.setdefault("labels", {})
+    if not any(key.startswith("aws.cdk.eks/prune-") for key in labels):  # the synthesized object carries its own
+        labels[PRUNE_LABEL_STAND_IN] = ""
     annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k != LAST_APPLIED}
     metadata["annotations"] = annotations
     return {**annotations, LAST_APPLIED: _go_json(applied) + "\n"}
