@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -132,6 +133,13 @@ class RayClusterSpec:
     hf_token_secret: str | None = None
     """A Secret (key `token`) whose value becomes HF_TOKEN, by reference: never a plain value."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    pulled_image: str | None = None
+    """Where the pods pull `image` from when not from its own registry (a pull-through cache; its URI holds
+    the account, a deploy-time value, so the job's name is digested with a stand-in)."""
+
+    @property
+    def image_uri(self) -> str:
+        return self.pulled_image or self.image
 
     @property
     def trainer_hash(self) -> str:
@@ -187,7 +195,7 @@ POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -> dict:
     return {
-        "name": name, "image": spec.image,
+        "name": name, "image": spec.image_uri,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "env": _env(spec, worker),
         "volumeMounts": _mounts(worker),
@@ -269,7 +277,7 @@ def submitter_pod_template(spec: RayClusterSpec) -> dict:
         "securityContext": dict(POD_SECURITY),
         "nodeSelector": dict(SYSTEM_NODE_LABELS),
         "containers": [{
-            "name": SUBMITTER_CONTAINER, "image": spec.image,
+            "name": SUBMITTER_CONTAINER, "image": spec.image_uri,
             "resources": {k: dict(v) for k, v in SUBMITTER_RESOURCES.items()},
             # The image's NVIDIA runtime hook fails on the CPU node unless told there is no GPU.
             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -294,6 +302,7 @@ def train_entrypoint(args: dict[str, object]) -> str:
 # Stands in for the deploy-time storage path and the ConfigMap's name while the job's name is digested.
 _NAMING_STORAGE = "s3://<bucket>/runs"
 _NAMING_CONFIGMAP = "<job>-trainer"
+_NAMING_REGISTRY = "<cache>"
 
 
 @dataclass(frozen=True)
@@ -343,7 +352,9 @@ class RayJobSpec:
     @property
     def name(self) -> str:
         """The job: its run and a digest of everything it holds, so any change is a new RayJob."""
-        return f"{self.run_name}-{digest(_job_spec(self, _NAMING_STORAGE, _NAMING_CONFIGMAP))}"
+        pulled = f"{_NAMING_REGISTRY}/{self.cluster.image}" if self.cluster.pulled_image else None
+        named = dataclasses.replace(self, cluster=dataclasses.replace(self.cluster, pulled_image=pulled))
+        return f"{self.run_name}-{digest(_job_spec(named, _NAMING_STORAGE, _NAMING_CONFIGMAP))}"
 
     @property
     def configmap_name(self) -> str:

@@ -97,6 +97,8 @@ class TrainingWorkloadProps:
     """Gates the operator runs with beyond its defaults (our chart values set none)."""
     trainer_package: Path | None = None
     """The trainer package to ship (default: this repository's training/)."""
+    pulled_image: str | None = None
+    """Where the pods pull `image` from, when through a pull-through cache (cdk_constructs/image_cache.py)."""
 
 
 class TrainingWorkload(Construct):
@@ -131,6 +133,7 @@ class TrainingWorkload(Construct):
             efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
             memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
             ray_version=props.ray_version, region=props.region, hf_token_secret=props.hf_token_secret,
+            pulled_image=props.pulled_image,
         )
         self.job_spec = rm.RayJobSpec(
             namespace=props.namespace, cluster=pods, trainer_options=dict(props.trainer_options),

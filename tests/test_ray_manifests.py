@@ -295,3 +295,15 @@ def test_trainer_files_follow_imports_through_cycles_and_past_missing_modules(tm
         (package / name).write_text(text)
     assert rm.trainer_files(package, "train.py") == {
         f"training/{name}": sources[name] for name in ("__init__.py", "data.py", "model.py", "schedule.py", "step.py", "train.py")}
+
+
+def test_pods_pull_from_the_cache_and_the_jobs_name_does_not_hold_its_deploy_time_account():
+    cached = {account: job(cluster=spec(pulled_image=f"{account}.dkr.ecr.us-east-2.amazonaws.com/ecr-public/x:1"))
+              for account in ("${Token[AWS.AccountId.8]}", "111122223333")}
+    first, second = cached.values()
+    assert first.name == second.name != job().name  # the account stays out of the name; the cache does not
+    manifest = rm.ray_job_manifest(second)
+    pods = [manifest["spec"]["rayClusterSpec"]["headGroupSpec"], manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0],
+            manifest["spec"]["submitterPodTemplate"]]
+    images = {(p["template"]["spec"] if "template" in p else p["spec"])["containers"][0]["image"] for p in pods}
+    assert images == {"111122223333.dkr.ecr.us-east-2.amazonaws.com/ecr-public/x:1"}
