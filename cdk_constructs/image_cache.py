@@ -24,6 +24,7 @@ from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
+from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
 
 from cdk_constructs.errors import ConstructError
@@ -49,6 +50,8 @@ class ImagePullThroughCacheProps:
     """Where the interface endpoints live: each AZ that holds one bills by the hour."""
     pullers: Sequence[iam.IRole]
     """The node roles whose kubelets pull the image (ECR's credential provider uses the node role)."""
+    vpc_cidr: str
+    """Who may reach the endpoints (HTTPS): the VPC's nodes, given as text so cdk-nag can read the rule."""
 
 
 class ImagePullThroughCache(Construct):
@@ -58,15 +61,24 @@ class ImagePullThroughCache(Construct):
         self.rule = ecr.CfnPullThroughCacheRule(
             self, "Rule", ecr_repository_prefix=CACHE_PREFIX, upstream_registry_url=UPSTREAM_REGISTRY)
         self.endpoints = [
-            props.vpc.add_interface_endpoint(name, service=service, subnets=props.subnets, private_dns_enabled=True)
+            props.vpc.add_interface_endpoint(name, service=service, subnets=props.subnets, private_dns_enabled=True,
+                                             open=False)
             for name, service in (("EcrApi", ec2.InterfaceVpcEndpointAwsService.ECR),
                                   ("EcrDocker", ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER))]
+        for endpoint in self.endpoints:
+            endpoint.connections.allow_default_port_from(ec2.Peer.ipv4(props.vpc_cidr), "HTTPS from the VPC's nodes")
         self.registry = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}"
         cached = stack.format_arn(service="ecr", resource="repository", resource_name=f"{CACHE_PREFIX}/*")
         for role in props.pullers:
             # AmazonEC2ContainerRegistryPullOnly reads any repository; the cache's two writes stay on its prefix.
             role.add_to_principal_policy(iam.PolicyStatement(
                 actions=["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"], resources=[cached]))
+            NagSuppressions.add_resource_suppressions(role, [NagPackSuppression(
+                id="AwsSolutions-IAM5",
+                reason="The pull-through cache names its repositories after the upstream image at its first pull; "
+                       "the import and create rights stay on the cache's ecr-public/ prefix.",
+                applies_to=[{"regex": "/^Resource::arn:<AWS::Partition>:ecr:.*:repository\\/ecr-public\\/\\*$/"}])],
+                apply_to_children=True)
 
     def image(self, upstream_image: str) -> str:
         return cached_image(upstream_image, self.registry)

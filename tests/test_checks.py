@@ -44,17 +44,19 @@ def _idle(lines: list[str]) -> str:
 
 
 def test_review_prices_the_idle_deployment_without_gpu_nodes(template):
-    """On-demand list prices: EKS $0.10 + 1 x m7i.xlarge $0.2016 + 1 NAT gateway $0.045 = $0.3466/h."""
+    """On-demand list prices: EKS $0.10 + 1 x m7i.xlarge $0.2016 + 1 NAT gateway $0.045 + the image cache's two
+    interface endpoints in one AZ, 2 x $0.01 (AWS PrivateLink pricing) = $0.3666/h."""
     lines = review_lines(template.to_json())
-    assert _idle(lines).startswith("idle cost (no job running): $0.35/hour ($8/day;")
+    assert _idle(lines).startswith("idle cost (no job running): $0.37/hour ($9/day;")
+    assert "interface endpoints: 2 endpoint-AZ(s): $0.020/h (plus $0.01/GB processed)" in lines
     assert any("0 to 2 (autoscaled) x g6.12xlarge" in line and "AZ us-east-2a" in line
                and "$9.20/h while a job runs" in line for line in lines)  # 2 x $4.6016
 
 
 def test_review_prices_fixed_gpu_nodes_as_idle():
-    """$0.3466 + 2 x g6.12xlarge $4.6016 = $9.5498/h."""
+    """$0.3666 + 2 x g6.12xlarge $4.6016 = $9.5698/h."""
     lines = review_lines(template_for(gpu_scale_to_zero=False).to_json())
-    assert _idle(lines).startswith("idle cost (no job running): $9.55/hour")
+    assert _idle(lines).startswith("idle cost (no job running): $9.57/hour")
     assert "per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost" in lines
 
 
@@ -117,8 +119,10 @@ def test_per_run_cost_counts_each_gpu_nodes_image_pull_through_the_nat(template,
     import tools.review as review
 
     monkeypatch.setattr(review, "training_estimate", lambda t: ("training: ...", type("E", (), {"run_s": 600.0})()))
-    run = review.job_cost_lines(template.to_json(), 2 * 4.6016)[1]
+    run = review.job_cost_lines(template_for(image_pull_through_cache=False).to_json(), 2 * 4.6016)[1]
     assert "+ ~$1.16 pulling the image through the NAT (2 x 12 GiB at $0.045/GB processed)" in run
+    cached = review.job_cost_lines(template.to_json(), 2 * 4.6016)[1]
+    assert "+ the image through the ECR pull-through cache (layers from S3 off the NAT: ~$0)" in cached
 
 
 def test_the_review_prices_a_lone_gpu_node_waiting_for_its_partner(template):

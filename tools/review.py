@@ -58,6 +58,8 @@ NAT_GATEWAY_USD_PER_GB = 0.045
 """NAT gateway data processing in us-east-2 (Amazon VPC pricing, "NAT gateway pricing"; the same as its hourly
 rate): every GPU node that starts pulls the whole image from ECR Public through it."""
 GB_PER_GIB = 2**30 / 1e9
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+"""An interface VPC endpoint, per AZ it is in, per hour (AWS PrivateLink pricing, us-east-2)."""
 
 
 def _manifests(template: dict, kind: str) -> list[dict]:
@@ -153,6 +155,24 @@ def image_pull_usd(nodes: int) -> float:
     return nodes * RAY_IMAGE_GIB * GB_PER_GIB * NAT_GATEWAY_USD_PER_GB
 
 
+def _pulls_through_cache(template: dict) -> bool:
+    return any(r["Type"] == "AWS::ECR::PullThroughCacheRule" for r in template.get("Resources", {}).values())
+
+
+def _image_pull_text(template: dict, nodes: int) -> str:
+    if _pulls_through_cache(template):
+        # ECR keeps the layers in S3, reached through the free S3 gateway endpoint.
+        return "the image through the ECR pull-through cache (layers from S3 off the NAT: ~$0)"
+    return (f"~${image_pull_usd(nodes):.2f} pulling the image through the NAT ({nodes} x {RAY_IMAGE_GIB:g} GiB "
+            f"at ${NAT_GATEWAY_USD_PER_GB}/GB processed)")
+
+
+def interface_endpoint_azs(template: dict) -> int:
+    """Endpoint-AZs of the template's interface endpoints: each bills by the hour."""
+    return sum(len(r["Properties"].get("SubnetIds", [])) for r in template.get("Resources", {}).values()
+               if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") == "Interface")
+
+
 def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
     """Per run: the GPU nodes' hours from their start to their removal (boot and pull, training, the finished
     cluster's TTL, the autoscaler's scale-down delay), and their image pulls through the NAT gateway; how long
@@ -172,8 +192,7 @@ def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
     nodes = _gpu_nodes_per_job(template)
     lines.append(f"per run: ~${gpu_usd_per_hour * billed_s / 3600:,.2f} of GPU nodes (${gpu_usd_per_hour:.2f}/h for "
                  f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{found[1].run_s / 60:.0f} + "
-                 f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}) + ~${image_pull_usd(nodes):.2f} pulling the image "
-                 f"through the NAT ({nodes} x {RAY_IMAGE_GIB:g} GiB at ${NAT_GATEWAY_USD_PER_GB}/GB processed), "
+                 f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}) + {_image_pull_text(template, nodes)}, "
                  "on top of the idle cost")
     lines += partial_capacity_lines(jobs[0]["spec"], gpu_usd_per_hour / max(nodes, 1), scale_down)
     return lines
@@ -253,6 +272,11 @@ def review_lines(template: dict) -> list[str]:
     nat = types.get("AWS::EC2::NatGateway", 0)
     idle += nat * NAT_GATEWAY_USD_PER_HOUR
     lines.append(f"NAT gateways: {nat}: ${nat * NAT_GATEWAY_USD_PER_HOUR:.3f}/h (plus data processed)")
+    endpoint_azs = interface_endpoint_azs(template)
+    if endpoint_azs:
+        idle += endpoint_azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR
+        lines.append(f"interface endpoints: {endpoint_azs} endpoint-AZ(s): "
+                     f"${endpoint_azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR:.3f}/h (plus $0.01/GB processed)")
     lines.append(f"placement group: {'cluster' if types.get('AWS::EC2::PlacementGroup') else 'none'}")
     lines.append(f"idle cost (no job running): ${idle:.2f}/hour (${idle * 24:.0f}/day; {PRICES_AS_OF}; "
                  "excludes storage, data transfer and logs)")
