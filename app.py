@@ -8,7 +8,8 @@ from cdk_nag import AwsSolutionsChecks
 
 from cdk_constructs.errors import ConstructError
 from stacks.eks_nag import EksV2Checks
-from stacks.settings import SettingsError, settings_from_context
+from stacks.context import settings_from_context
+from stacks.settings import SettingsError
 from stacks.training_cluster import EfaTrainingStack
 
 app = cdk.App()
