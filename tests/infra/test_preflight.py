@@ -550,5 +550,5 @@ def test_a_group_of_another_stack_or_name_is_no_leftover(aws):
 def test_the_groups_of_a_stack_that_exists_are_its_own(aws):
     boto3.client("logs", region_name="us-east-2").create_log_group(logGroupName="/aws/eks/EksFsdpEfa/cluster")
     boto3.client("cloudformation", region_name="us-east-2").create_stack(
-        StackName="EksFsdpEfa", TemplateBody='{"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}')
+        StackName="EksFsdpEfa", TemplateBody='{"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}')
     assert _leftover_check() == Check("leftover log groups", PASS, "stack EksFsdpEfa exists: its log groups are its own")
