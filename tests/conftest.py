@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -76,6 +77,15 @@ STORAGE_PLACEHOLDER = "s3://checkpoint-bucket/runs"
 ACCOUNT_PLACEHOLDER, URL_SUFFIX_PLACEHOLDER = "<account>", "<url-suffix>"
 
 
+@functools.cache
+def _trainer_files() -> dict[str, str]:
+    """The trainer ConfigMap's files: the same for every settings, and slow to gather (each module parsed)."""
+    from cdk_constructs import ray_manifests as rm
+    from cdk_constructs.training_workload import TRAINER_PACKAGE
+
+    return rm.trainer_files(TRAINER_PACKAGE)
+
+
 def pure_workload(**overrides) -> dict[str, dict]:
     """The default deployment's RayJob and trainer ConfigMap, built by the same pure functions and from
     the same settings as the stack, without synthesis (so they are checked under `make mutation` too);
@@ -83,14 +93,13 @@ def pure_workload(**overrides) -> dict[str, dict]:
     from cdk_constructs import ray_manifests as rm
     from cdk_constructs.image_cache import cached_image
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
-    from cdk_constructs.training_workload import TRAINER_PACKAGE
     from stacks.context import settings_from_context
     from stacks.settings import trainer_options
 
     s = settings_from_context(base_context() | overrides)
     instance, t = INSTANCE_TYPES[s.gpu_instance_type], s.training
     pod = worker_pod_resources(instance)
-    files = rm.trainer_files(TRAINER_PACKAGE)
+    files = dict(_trainer_files())
     if UNDER_MUTATION:  # mutmut's copies of the trainer modules hold every mutant: far past a ConfigMap's 1 MiB
         files = {path: f"# {path}\n" for path in files}
     pods = rm.RayClusterSpec(
