@@ -39,6 +39,8 @@ CHANGED = {
     "gpu_node_taint": "false",
     "log_retention_days": "14",
     "tags": '{"team": "ml"}',
+    "training.image": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2",
+    "training.ray_version": "2.59.0",
     "training.hf_token_secret": "hf-token",
     "training.active_deadline_seconds": "7200",
     "training.pre_running_deadline_seconds": "900",
@@ -180,6 +182,14 @@ def test_log_retention_days_on_every_log_group(changed):
 def test_tags_reach_the_resources(changed):
     assert {"Key": "team", "Value": "ml"} in only(changed, "AWS::EC2::VPC")["Properties"]["Tags"]
     assert gpu_nodegroup(changed)["Tags"]["team"] == "ml"
+
+
+def test_image_is_what_the_workers_pull_through_the_cache(ray_job):
+    assert worker_container(ray_job)["image"].endswith("/deep-learning-containers/ray:train-ml-cuda-v1.2")
+
+
+def test_ray_version_is_the_clusters_ray_version(ray_job):
+    assert ray_job["spec"]["rayClusterSpec"]["rayVersion"] == "2.59.0"
 
 
 def test_hf_token_secret_becomes_the_pods_hf_token(ray_job):

@@ -45,6 +45,14 @@ def test_a_data_option_reaches_the_data_pipeline(data_calls, option, value, seen
     assert seen(train) == expected
 
 
+def test_the_messages_field_is_where_the_chat_is_read():
+    from training.data import DataFormat, record_messages
+
+    record = {"conversation": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
+              "messages": [{"role": "user", "content": "other"}]}
+    assert record_messages(record, DataFormat(messages_field="conversation")) == record["conversation"]
+
+
 def test_no_shuffle_reaches_both_sides_as_file_order(data_calls):
     train, validation = datasets_of(data_calls, shuffle=False, seed=7, val_fraction=0.1)
     assert (train["shuffle_seed"], validation["shuffle_seed"]) == (None, None)
