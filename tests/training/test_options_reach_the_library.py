@@ -26,7 +26,7 @@ def datasets_of(data_calls, **options):
     return data_calls
 
 
-@pytest.mark.parametrize("option,value,seen", [
+@pytest.mark.parametrize("option,value,seen", [pytest.param(*case, id=case[0]) for case in [
     ("text_field", "body", lambda call: call["fmt"].text_field),
     ("messages_field", "conversation", lambda call: call["fmt"].messages_field),
     ("prompt_field", "instruction,input", lambda call: call["fmt"].prompt_fields),
@@ -38,7 +38,7 @@ def datasets_of(data_calls, **options):
     ("model_revision", "0123456789abcdef0123456789abcdef01234567", lambda call: call["revision"]),
     ("cache_dir", "/models", lambda call: call["cache_dir"]),
     ("seed", 7, lambda call: call["shuffle_seed"]),
-])
+]])
 def test_a_data_option_reaches_the_data_pipeline(data_calls, option, value, seen):
     [train] = datasets_of(data_calls, **{option: value})
     expected = ("instruction", "input") if option == "prompt_field" else value

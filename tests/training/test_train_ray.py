@@ -26,7 +26,7 @@ def ray_for_the_module():
 
 
 def config(tmp_path, name: str, **overrides) -> TrainConfig:
-    base = TrainConfig(model="tiny", steps=STEPS, seq_len=64, micro_batch=4, lr=3e-3, warmup_steps=4,
+    base = TrainConfig(model="tiny", steps=STEPS, seq_len=64, micro_batch=4, lr=3e-3, warmup_steps=4, min_lr_ratio=0.2,
                        data="pattern", storage_path=str(tmp_path), run_name=name, checkpoint_every=EVERY,
                        workers=2, local=True, seed=5)
     return validate(dataclasses.replace(base, **overrides))
@@ -44,6 +44,16 @@ def uninterrupted(tmp_path_factory):
 def test_loss_falls_on_learnable_task(uninterrupted):
     curve = losses(uninterrupted)
     assert curve[STEPS] < curve[1] - 0.5, curve  # nats; ln(512) = 6.24 at the start
+
+
+def test_each_steps_learning_rate_follows_the_runs_lr_warmup_and_floor(uninterrupted):
+    """--lr 3e-3, --warmup-steps 4, --min-lr-ratio 0.2 over 24 steps: linear warmup to the peak on step 4, then a
+    cosine from there (0-based step 3) to 0.2 x 3e-3 on the last: halfway, 0-based step 13, it is
+    3e-3 x (0.2 + 0.8 x 0.5) = 1.8e-3."""
+    from training.records import METRICS_FILE, read_metrics
+
+    lr = {r["step"]: r["lr"] for r in read_metrics((Path(uninterrupted["run"]) / METRICS_FILE).read_text())}
+    assert [lr[1], lr[2], lr[4], lr[14], lr[24]] == pytest.approx([7.5e-4, 1.5e-3, 3e-3, 1.8e-3, 6e-4], rel=1e-6)
 
 
 def test_run_summary_written_to_storage(uninterrupted):
