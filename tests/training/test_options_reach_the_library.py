@@ -116,3 +116,52 @@ def test_lora_dropout_is_the_adapters_dropout(lora_model):
 def test_lora_target_modules_are_the_only_adapted_layers(lora_model):
     adapted = sorted({name.split(".")[-4] for name, _ in lora_model.named_parameters() if "lora_A" in name})
     assert adapted == ["q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("compile_layers", [True, False])
+def test_compile_reaches_the_model_built_on_a_gpu(compile_layers, monkeypatch):
+    """build_model compiles each decoder layer on CUDA only; the build is stopped at FSDP, before any CUDA call."""
+    import training.model
+
+    compiled = []
+
+    def stop(*args, **kwargs):
+        raise StopIteration
+
+    monkeypatch.setattr(training.model, "apply_compile", lambda model: compiled.append(model) or stop())
+    monkeypatch.setattr(training.model, "apply_fsdp", stop)
+    with pytest.raises(StopIteration):
+        training.model.build_model(TrainConfig(model="tiny", compile=compile_layers), torch.device("cuda"), 0, 1,
+                                   full_state={})
+    assert len(compiled) == int(compile_layers)
+
+
+def test_apply_compile_hands_each_decoder_layer_to_torch_compile():
+    """nn.Module.compile keeps the compiled forward in _compiled_call_impl (torch/nn/modules/module.py)."""
+    from transformers import AutoModelForCausalLM
+
+    from training.model import CausalLMWithLoss, apply_compile, builtin_config
+
+    model = CausalLMWithLoss(AutoModelForCausalLM.from_config(builtin_config("tiny")), 64)
+    apply_compile(model)
+    assert [layer._compiled_call_impl is not None for layer in model.decoder_layers] == [True, True]
+
+
+def test_model_revision_is_the_revision_the_weights_are_loaded_at(monkeypatch):
+    import transformers
+
+    import training.storage
+    from training.model import builtin_config, full_state_dict_on_rank0
+
+    loaded = {}
+
+    def from_pretrained(path, **kwargs):
+        loaded.update(kwargs, path=path)
+        return AutoModel.from_config(builtin_config("tiny"))
+
+    AutoModel = transformers.AutoModelForCausalLM
+    monkeypatch.setattr(training.storage, "local_model_path", lambda model, cache_dir: model)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    full_state_dict_on_rank0(TrainConfig(model="org/name", model_revision="0123456789abcdef0123456789abcdef01234567"),
+                             builtin_config("tiny"))
+    assert (loaded["path"], loaded["revision"]) == ("org/name", "0123456789abcdef0123456789abcdef01234567")
