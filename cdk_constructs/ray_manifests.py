@@ -296,6 +296,10 @@ _NAMING_STORAGE = "s3://<bucket>/runs"
 _NAMING_CONFIGMAP = "<job>-trainer"
 
 
+# Trainer options that only say how many GPUs train: a run keeps its name (and checkpoints) across them.
+WORLD_SIZE_OPTIONS = ("workers",)
+
+
 @dataclass(frozen=True)
 class RayJobSpec:
     namespace: str
@@ -322,8 +326,11 @@ class RayJobSpec:
     @property
     def run_name(self) -> str:
         """What the run is: its options, the trainer's code and the rerun number. A retry or a new image
-        under the same run name resumes its checkpoints."""
-        base = f"ft-{digest([self.trainer_options, self.trainer_hash])}"
+        under the same run name resumes its checkpoints. The world size (workers, from gpu_node_count) is not
+        part of it: the trainer resumes a run on another number of GPUs at the same global batch, so a
+        deploy with fewer nodes continues the run."""
+        naming = {k: v for k, v in self.trainer_options.items() if k not in WORLD_SIZE_OPTIONS}
+        base = f"ft-{digest([naming, self.trainer_hash])}"
         return f"{base}-r{self.rerun}" if self.rerun else base
 
     @property

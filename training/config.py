@@ -217,18 +217,32 @@ class TrainConfig:
         return self.micro_batch * self.grad_accum * self.seq_len
 
 
-# What fixes where a run's data position points and how its LR schedule runs: a checkpoint resumes only
-# under the same values (train.refuse_changed_resume).
-RESUME_SETTINGS = ("model", "model_revision", "workers", "micro_batch", "seq_len", "grad_accum", "batch_tokens", "steps",
-                   "warmup_steps", "min_lr_ratio", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
-                   "response_field", "assistant_only_loss", "chat_template", "default_system_prompt", "lora_rank",
-                   "lora_alpha")
+# What a resumed run must share with its checkpoint: every setting that changes the model, the data order or
+# the optimisation (train.refuse_changed_resume, on the driver). The world size is not among them: the global
+# batch (global_batch_sequences) is, and the checkpoint reshards onto any number of workers.
+RESUME_SETTINGS = ("model", "model_revision", "seq_len", "steps", "lr", "warmup_steps", "min_lr_ratio", "weight_decay",
+                   "grad_clip", "reduce_dtype", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field",
+                   "prompt_field", "response_field", "assistant_only_loss", "chat_template", "default_system_prompt",
+                   "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules")
+
+
+def global_batch_sequences(settings: dict) -> int:
+    """Sequences per optimizer step over all workers: --batch-tokens / --seq-len where the batch is given in tokens
+    (micro-batch and accumulation then follow the world size), else workers x micro-batch x accumulation."""
+    if settings.get("batch_tokens"):
+        return settings["batch_tokens"] // settings["seq_len"]
+    return settings["workers"] * settings["micro_batch"] * settings["grad_accum"]
 
 
 def resume_changes(saved: dict, current: dict) -> list[str]:
-    """'--option old -> new' for each resume setting that differs from the checkpoint's."""
-    return [f"{_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
-            if k in saved and saved[k] != current.get(k)]
+    """'--option old -> new' for each resume setting that differs from the checkpoint's, and the global batch."""
+    changed = [f"{_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
+               if k in saved and saved[k] != current.get(k)]
+    before, after = global_batch_sequences(saved), global_batch_sequences(current)
+    if before != after:
+        changed.append(f"global batch (--batch-tokens / --seq-len, or --workers x --micro-batch x --grad-accum) "
+                       f"{before} -> {after} sequences")
+    return changed
 
 
 def validate(c: TrainConfig) -> TrainConfig:

@@ -33,11 +33,10 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from training import checkpoint as ckpt
-    from training.model import build_model
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
-    from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
+    from training.step import NonFiniteStep, evaluate, train_step
 
     cfg = TrainConfig(**config)
     context = ray.train.get_context()
@@ -50,20 +49,19 @@ def train_func(config: dict) -> None:
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
-    model = build_model(cfg, device, rank, world, mesh=mesh)
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
-    step, position = 0, 0
     from training.storage import latest_checkpoint
 
     # The newest complete checkpoint in storage, before Ray's own pointer: a report still in flight
     # when a worker dies is never registered, and a rerun after a crash has no pointer at all. Rank 0
     # alone chooses: an upload completing between two ranks' listings would otherwise restore two steps.
+    # Its settings were checked on the driver (refuse_changed_resume) before Ray started.
     restored = rank0_choice(lambda: latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint(), rank)
     if restored:
         with restored.as_directory() as folder:
-            refuse_changed_resume(cfg, Path(folder))
-            step, position = ckpt.load(folder, model, optimizer)
-        log(rank, f"resumed from checkpoint at step {step} (data position {position})")
+            model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh, folder)
+        log(rank, f"resumed from checkpoint at step {step} (data position {position} rows of the global batch)")
+    else:
+        model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh)
 
     resumed_from = step
     counts = DataCounts()
@@ -111,7 +109,7 @@ def train_func(config: dict) -> None:
                 if injected:
                     injected.remove()
             step += 1
-            position += cfg.grad_accum
+            position += global_batch_rows(cfg)
             counts.add(result.sums)
             checkpoints.poll()
             evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
@@ -140,13 +138,40 @@ def train_func(config: dict) -> None:
         export_model(cfg, model, rank)
 
 
-def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, position: int):
-    import ray.train
+def prepare_training(cfg: TrainConfig, device: torch.device, rank: int, world: int, mesh=None,
+                     checkpoint: str | Path | None = None):
+    """(model, optimizer, step, data position in global rows) of this worker: built fresh, its random
+    generators seeded per rank, then, from `checkpoint`, the weights, optimizer state and random state
+    restored (resharded onto this run's world size where the checkpoint's differed)."""
+    from training import checkpoint as ckpt
+    from training.model import build_model
+    from training.step import make_optimizer
 
+    model = build_model(cfg, device, rank, world, mesh=mesh)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
+    ckpt.seed_rank(cfg.seed, rank)  # after the build: rank 0's initialisation reseeds the global generator
+    step, position = 0, 0
+    if checkpoint is not None:
+        step, position = ckpt.load(checkpoint, model, optimizer, rank)
+    return model, optimizer, step, position
+
+
+def global_batch_rows(cfg: TrainConfig) -> int:
+    """Sequences per optimizer step over all workers."""
+    return cfg.workers * cfg.micro_batch * cfg.grad_accum
+
+
+def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, rows: int):
+    """This worker's micro-batches from the global data position `rows` on (sequences of the global batches
+    consumed, the same on any world size)."""
+    from training.checkpoint import worker_position
     from training.data import dataset_batches, synthetic_batches
 
+    position = worker_position(rows, world, cfg.micro_batch)
     if cfg.data in SYNTHETIC_DATA:
         return synthetic_batches(cfg.data, cfg.seed, vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
+    import ray.train
+
     return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position,
                            shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank)
 
@@ -174,22 +199,6 @@ def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int,
         raise RuntimeError(f"--val-{'data' if cfg.val_data else 'fraction'}: the validation split holds no block; "
                            "give more validation data or a larger --val-fraction")
     return held + [empty_batch(cfg.seq_len)] * (int(count.item()) - len(held))
-
-
-def refuse_changed_resume(cfg: TrainConfig, folder: Path) -> None:
-    """Stop before loading a checkpoint trained with settings that place the data or the LR schedule
-    elsewhere: resuming would silently misalign both."""
-    from training.config import resume_changes
-    from training.storage import SETTINGS
-
-    saved = folder / SETTINGS
-    if not saved.exists():  # written beside checkpoints since settings.json exists; older ones cannot be checked
-        return
-    changed = resume_changes(json.loads(saved.read_text()), dataclasses.asdict(cfg))
-    if changed:
-        raise RuntimeError(f"--run-name {cfg.run_name}: its checkpoint was trained with other settings "
-                           f"({'; '.join(changed)}); resuming would misalign the data position and the LR schedule: "
-                           "give a new --run-name, or the checkpoint's values")
 
 
 def rank0_choice(choose, rank: int):
@@ -365,6 +374,26 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     return env
 
 
+def refuse_changed_resume(cfg: TrainConfig) -> None:
+    """On the driver, before Ray starts: ConfigError (one line) when the run's newest checkpoint was trained with
+    settings that change the model, the data order or the optimisation (training.config.RESUME_SETTINGS and the
+    global batch); resuming would silently train something else. The world size may change."""
+    from training.config import resume_changes
+    from training.storage import SETTINGS, complete_checkpoints, exists, read_text
+
+    found = complete_checkpoints(run_uri(cfg))
+    if not found:
+        return
+    step, uri = found[-1]
+    if not exists(f"{uri}/{SETTINGS}"):  # written beside checkpoints since settings.json exists; older ones cannot be checked
+        return
+    changed = resume_changes(json.loads(read_text(f"{uri}/{SETTINGS}")), dataclasses.asdict(cfg))
+    if changed:
+        raise ConfigError(f"--run-name {cfg.run_name}: its checkpoint at step {step} was trained with other settings "
+                          f"({'; '.join(changed)}); resuming would change the model, the data order or the "
+                          "optimisation: give a new --run-name, or the checkpoint's values")
+
+
 def apply_auto(cfg: TrainConfig) -> TrainConfig:
     """The run's options with auto micro-batch and recomputation picked (training.config.resolve_auto), once, here in
     the driver, for every worker; the pick and why are printed. Each worker's --sharding auto (choose_layout) then
@@ -461,6 +490,7 @@ def real_datasets(cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
+        refuse_changed_resume(cfg)  # first: it reads one small file, where check_inputs may load the model's code
         check_inputs(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
