@@ -208,6 +208,13 @@ def test_rerun_is_a_new_run_folder_and_a_new_job():
     assert again.name != first.name and f"--run-name={again.run_name}" in again.entrypoint()
 
 
+def test_another_node_count_is_the_same_run_in_a_new_job():
+    """The trainer resumes a run on another number of GPUs: a deploy with fewer nodes continues the run."""
+    two_nodes, one_node = (job(trainer_options={"model": "tiny", "steps": 5, "workers": w}) for w in (8, 4))
+    assert two_nodes.run_name == one_node.run_name
+    assert two_nodes.name != one_node.name and "--workers=4" in one_node.entrypoint()
+
+
 def test_the_storage_path_is_not_part_of_any_name():
     a, b = (job(storage_path=path) for path in ("s3://one/runs", "s3://two/runs"))
     assert (a.run_name, a.name, a.configmap_name) == (b.run_name, b.name, b.configmap_name)
