@@ -66,10 +66,10 @@ def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
-    """A run that goes NaN at step 13 (no retries), as found after it stopped, then run again under
-    the same storage path and name, where a worker dies at step 20 and Ray Train restarts the group.
-    Checkpoints are written in the background in the first run and synchronously in the second:
-    both must resume exactly."""
+    """A run on 2 workers that goes NaN at step 13 (no retries), as found after it stopped, then run again
+    under the same storage path and name on 1 worker at the same global batch (capacity for one GPU), where
+    the worker dies at step 20 and Ray Train restarts the group. Checkpoints are written in the background in
+    the first run and synchronously in the second: both must resume exactly."""
     from training.storage import latest_checkpoint
 
     storage = tmp_path_factory.mktemp("resumed")
@@ -81,8 +81,9 @@ def resumed(tmp_path_factory):
         "newest_checkpoint_step": json.loads((Path(latest_checkpoint(str(run)).path) / "train_state.json").read_text())["step"],
         "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
     }
+    one_worker = {"micro_batch": SHAPE["micro_batch"], "grad_accum": 2 * SHAPE["grad_accum"], "workers": 1}
     rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False,
-                       **SHAPE))
+                       **one_worker))
     return run, rerun, after_the_stop
 
 
