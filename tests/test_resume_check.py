@@ -16,7 +16,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from training import train
-from training.checkpoint import write_train_state
+from training.checkpoint import read_train_state, worker_position, write_train_state
 from training.config import parse_args, resume_changes
 from training.storage import SETTINGS
 
@@ -115,3 +115,21 @@ def test_the_refusal_takes_seconds_and_never_starts_ray(run_folder):
     assert done.stdout == "no ray\n"
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "--seed 0 -> 1" in done.stderr
     assert seconds < 15
+
+
+@pytest.mark.parametrize("world, micro_batch, position", [(1, 2, 4), (2, 2, 2), (4, 1, 2)])
+def test_a_global_position_is_each_workers_next_micro_batch(world, micro_batch, position):
+    # 8 rows = 2 steps of 4 sequences; worker micro-step m holds global rows m*W*B ... (m+1)*W*B - 1.
+    assert worker_position(8, world, micro_batch) == position
+
+
+def test_a_position_inside_a_micro_step_is_refused():
+    with pytest.raises(ValueError, match="data position 6 rows is not a whole number of micro-steps of 4 workers x 1"):
+        worker_position(6, 4, 1)
+
+
+def test_a_checkpoint_from_before_global_rows_converts_its_per_worker_position(tmp_path):
+    # Written as {"step", "data_position"} per worker: 3 micro-batches on each of 2 workers x 4 sequences.
+    (tmp_path / "train_state.json").write_text(json.dumps({"step": 3, "data_position": 3}))
+    (tmp_path / SETTINGS).write_text(json.dumps({"workers": 2, "micro_batch": 4}))
+    assert read_train_state(tmp_path) == (3, 24)
