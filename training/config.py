@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -207,6 +208,10 @@ class TrainConfig:
     (e.g. q_proj,k_proj,v_proj,o_proj)."""
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
+    predicted_step_seconds: float | None = None
+    """The planner's step time (the synth passes it): the hang watchdog allows max(10 x this, 60 s) per step."""
+    predicted_link_gbps: float | None = None
+    """The planner's link between two nodes, GB/s (the synth passes it): the health gate fails a node pair below half."""
     inject_failure_at_step: int | None = None
     """Testing recovery: the last rank's worker exits once at this step."""
     inject_nan_at_step: int | None = None
@@ -318,6 +323,9 @@ def validate(c: TrainConfig) -> TrainConfig:
                                                          and len(set(targets)) == len(targets)),
             f"--lora-target-modules: {c.lora_target_modules!r} must be {LORA_ALL_LINEAR} or distinct module names "
             "separated by commas (letters, digits, '_')")
+    for option in ("predicted_step_seconds", "predicted_link_gbps"):
+        value = getattr(c, option)
+        require(value is None or 0 < value < math.inf, f"{_flag(option)}: {value} must be a number above 0")
     for option in ("inject_failure_at_step", "inject_nan_at_step"):
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,

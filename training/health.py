@@ -251,3 +251,10 @@ def health_line(result: dict) -> str:
     gpu = (f"{len(gpus)} GPU(s), bf16 matmul {min(g['tflops'] for g in gpus):g}-{max(g['tflops'] for g in gpus):g} "
            "TFLOP/s" if gpus else "GPUs not checked (CPU)")
     return f"health gate: passed in {result['gate_s']:g} s: {gpu}; {link}"
+
+
+def gate_for_run(cfg, rank: int, device: torch.device, log) -> dict:
+    """The gate at the run's model's layer size and the planner's link figure (TrainConfig)."""
+    from training.model import model_config
+
+    return run_gate(rank, device, layer_message_bytes(model_config(cfg)), cfg.predicted_link_gbps, log)

@@ -33,6 +33,8 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from training import checkpoint as ckpt
+    from training import watchdog
+    from training.health import gate_for_run
     from training.model import build_model
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
@@ -47,7 +49,10 @@ def train_func(config: dict) -> None:
         torch.cuda.set_device(device)
     # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
     first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa and device.type == "cuda")
+    attempt = rank0_choice(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), rank)
+    hang_watchdog = watchdog.for_run(run_uri(cfg), attempt, rank, cfg.predicted_step_seconds)
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
+    health_figures = gate_for_run(cfg, rank, device, lambda message: log(rank, message))
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
     model = build_model(cfg, device, rank, world, mesh=mesh)
@@ -67,7 +72,7 @@ def train_func(config: dict) -> None:
 
     resumed_from = step
     counts = DataCounts()
-    batches = counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))
+    batches = hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position)))
     validation = validation_batches(cfg, model.config.vocab_size, rank, world, device)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
@@ -81,7 +86,7 @@ def train_func(config: dict) -> None:
 
         metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
                    "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
-                   "data_counts": dict(counts.total),
+                   "data_counts": dict(counts.total), "health": health_figures,
                    **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
                          checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
@@ -98,6 +103,7 @@ def train_func(config: dict) -> None:
     try:
         while step < cfg.steps:
             maybe_inject_failure(cfg, step + 1, rank, world)
+            watchdog.maybe_hang(step + 1, rank, world, run_uri(cfg))
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
             injected = maybe_inject_nan(cfg, step + 1, rank, model)
             try:
@@ -111,6 +117,7 @@ def train_func(config: dict) -> None:
                 if injected:
                     injected.remove()
             step += 1
+            hang_watchdog.step_done(step)
             position += cfg.grad_accum
             counts.add(result.sums)
             checkpoints.poll()
@@ -123,7 +130,8 @@ def train_func(config: dict) -> None:
                     last.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
                     last.truncated, last.unlearned, last.empty_blocks = data["truncated"], data["unlearned"], data["empty_blocks"]
                 if evaluating:
-                    last.val_loss, _ = evaluate(model, validation, device)
+                    with hang_watchdog.long_phase("evaluation"):
+                        last.val_loss, _ = evaluate(model, validation, device)
                     last.val_ppl = math.exp(min(last.val_loss, 700.0))
                     throughput.reset(step)  # keep evaluation out of the next step's throughput
                 log(rank, last.line())
@@ -131,9 +139,11 @@ def train_func(config: dict) -> None:
                 if metrics_log:
                     metrics_log.add(last.fields())
             if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
+                with hang_watchdog.long_phase("checkpoint"):
+                    checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
                 throughput.reset(step)  # keep checkpoint time out of the next step's throughput
     finally:  # a run stopped by an error keeps its records up to the last good step
+        hang_watchdog.stop()
         if metrics_log:
             metrics_log.close()
     if cfg.export_hf:
@@ -359,7 +369,10 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     """
     trainer_root = str(Path(__file__).resolve().parent.parent)
     paths = [trainer_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != trainer_root]
-    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
+    from training import watchdog
+
+    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths), **watchdog.WORKER_ENV}
+    env |= {name: os.environ[name] for name in (watchdog.HANG_AT_STEP_ENV, watchdog.FLOOR_ENV) if name in os.environ}
     if cfg.require_efa:
         env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{nccl_log_dir(cfg)}/%h.%p.log"}
     return env
@@ -424,6 +437,7 @@ def fit(cfg: TrainConfig) -> dict:
         "checkpoint_stalls_s": metrics.get("checkpoint_stalls_s"),
         "data_counts": metrics.get("data_counts"),
         "transport": metrics.get("transport"),
+        "health": metrics.get("health"),
         "sharding": metrics.get("sharding"),
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "loss_history": [{k: r.get(k) for k in ("step", "loss", "val_loss", "lr", "grad_norm")} for r in records],
