@@ -137,23 +137,49 @@ def _scale_down_s(template: dict) -> float | None:
     return None
 
 
-def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
-    """Per run: the GPU nodes' hours from their start to their removal (boot and pull, training, the finished
-    cluster's TTL, the autoscaler's scale-down delay); and how long from deploy to the first step."""
+def job_billed_s(template: dict) -> tuple[float, float, float, float] | None:
+    """(start, training, TTL, scale-down) seconds the GPU nodes bill per run, or None without a plan, a job or an
+    autoscaler."""
     found = training_estimate(template)
     jobs = _manifests(template, "RayJob")
     scale_down = _scale_down_s(template)
+    if found is None or not jobs or scale_down is None:
+        return None
+    return first_step_s(), found[1].run_s, jobs[0]["spec"].get("ttlSecondsAfterFinished", 0), scale_down
+
+
+def gpu_usd_per_hour(template: dict) -> float:
+    """What the autoscaled GPU nodes cost per hour while a job runs (above their idle minimum)."""
+    busy = 0.0
+    for resource in template.get("Resources", {}).values():
+        if resource["Type"] == "AWS::EKS::Nodegroup":
+            spec = INSTANCE_TYPES.get(resource["Properties"]["InstanceTypes"][0])
+            scaling = resource["Properties"]["ScalingConfig"]
+            busy += spec.usd_per_hour * (scaling["MaxSize"] - scaling["MinSize"]) if spec and spec.gpus else 0.0
+    return busy
+
+
+def job_cost_usd(template: dict) -> float | None:
+    """The synth's estimate of one run's GPU node cost (job_cost_lines), for the watch's measured bill."""
+    parts = job_billed_s(template)
+    return gpu_usd_per_hour(template) * sum(parts) / 3600 if parts else None
+
+
+def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
+    """Per run: the GPU nodes' hours from their start to their removal (boot and pull, training, the finished
+    cluster's TTL, the autoscaler's scale-down delay); and how long from deploy to the first step."""
     start = first_step_s()
     lines = [f"deploy to first step: ~{start / 60:.0f} min after the stack is up (GPU node boot ~{GPU_NODE_BOOT_S / 60:.0f} min "
              f"+ pulling the ~{RAY_IMAGE_GIB:g} GiB Ray image at ~{IMAGE_PULL_MIB_S} MiB/s; both assumed, see tools/review.py)"]
-    if found is None or not jobs:
+    if training_estimate(template) is None or not _manifests(template, "RayJob"):
         return lines
-    if scale_down is None:
+    parts = job_billed_s(template)
+    if parts is None:
         return lines + ["per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost"]
-    ttl = jobs[0]["spec"].get("ttlSecondsAfterFinished", 0)
-    billed_s = start + found[1].run_s + ttl + scale_down
+    _, training_s, ttl, scale_down = parts
+    billed_s = sum(parts)
     lines.append(f"per run: ~${gpu_usd_per_hour * billed_s / 3600:,.2f} of GPU nodes (${gpu_usd_per_hour:.2f}/h for "
-                 f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{found[1].run_s / 60:.0f} + "
+                 f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{training_s / 60:.0f} + "
                  f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}), on top of the idle cost")
     return lines
 
