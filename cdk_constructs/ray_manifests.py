@@ -155,6 +155,8 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
         env["NVIDIA_VISIBLE_DEVICES"] = "void"
     env |= spec.extra_env
     variables = [{"name": k, "value": v} for k, v in env.items()]
+    if worker:  # the health gate names a slow node by the Kubernetes node's name (a pod's hostname is the pod's)
+        variables.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     if spec.hf_token_secret:
         variables.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.hf_token_secret, "key": "token"}}})
     return variables

@@ -145,3 +145,25 @@ def test_the_estimate_is_the_synth_s_per_run_cost(template, monkeypatch):
 
     monkeypatch.setattr(review, "training_estimate", lambda t: ("training: ...", type("E", (), {"run_s": 600.0})()))
     assert review.job_cost_usd(template.to_json()) == pytest.approx(3.73732, abs=1e-5)
+
+
+def test_the_watch_prices_the_recorded_nodes_and_writes_the_bill_into_the_run_summary(tmp_path, monkeypatch):
+    from stacks.settings import Settings
+    from tools import watch
+
+    settings = Settings()
+    monkeypatch.chdir(tmp_path)  # no cdk.out here: no estimate to compare with
+    (tmp_path / "run_summary.json").write_text(json.dumps({"final_step": 8}))
+    with mock_aws():
+        session = boto3.Session(region_name=settings.region)
+        client = session.client("ec2", region_name=settings.region)
+        image = client.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        instance = launch(client, image)
+        client.terminate_instances(InstanceIds=[instance])
+        recorder = bill.NodeRecorder()
+        recorder.nodes["gpu-1"] = bill.NodeRecord("gpu-1", instance, created=datetime.now(timezone.utc))
+        line = watch.measured_bill_line(session, settings, recorder, {}, {"end": None, "run": str(tmp_path)})
+    # Launched and terminated within a second: EC2's 60 s minimum at $4.6016/h is $0.08.
+    assert line.startswith("measured GPU bill: $0.08 for 1 node(s)")
+    written = json.loads((tmp_path / "run_summary.json").read_text())
+    assert written["final_step"] == 8 and written["bill"]["measured_usd"] == pytest.approx(0.0767, abs=1e-4)

@@ -95,7 +95,8 @@ def test_worker_pod_in_full():
         "containers": [{
             "name": "ray-worker", "image": IMAGE, "resources": {"requests": resources, "limits": resources},
             "env": COMMON_ENV + [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "NCCL_NET_PLUGIN", "value": "ofi"},
-                                 {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
+                                 {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "NCCL_DEBUG", "value": "INFO"},
+                                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"},
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
@@ -116,8 +117,8 @@ def test_the_hugging_face_token_comes_by_reference_and_extra_env_follows():
     cluster = cluster_of(spec(hf_token_secret="hf", extra_env={"NCCL_ALGO": "Ring"}))
     for group in (head_of(cluster), worker_of(cluster)):
         env = group["template"]["spec"]["containers"][0]["env"]
-        assert env[-2:] == [{"name": "NCCL_ALGO", "value": "Ring"},
-                            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+        assert {"name": "NCCL_ALGO", "value": "Ring"} in env
+        assert env[-1] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
 
 
 def test_without_a_region_no_aws_region_is_set():
