@@ -16,8 +16,6 @@ import threading
 import time
 from contextlib import contextmanager
 
-import torch.distributed as dist
-
 EXIT_CODE = 75
 """EX_TEMPFAIL (sysexits.h): a temporary failure, worth a retry; distinct from a crash's 1."""
 STEP_FACTOR = 10
@@ -117,10 +115,11 @@ def python_stacks() -> str:
 
 def nccl_trace() -> bytes | None:
     """The NCCL flight recorder's pickled trace, or None where the group is not NCCL."""
+    import torch
+    import torch.distributed as dist  # here: the watch imports this module without torch
+
     if not dist.is_initialized() or dist.get_backend() != "nccl":
         return None
-    import torch
-
     return torch._C._distributed_c10d._dump_nccl_trace()
 
 
