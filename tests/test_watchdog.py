@@ -83,6 +83,13 @@ def test_a_slow_data_source_is_no_hang():
     assert not dog.check()
 
 
+def test_the_first_step_keeps_its_1800_s_after_its_data_arrives():
+    dog, clock, fired = fake_watchdog()
+    assert list(dog.waited(["batch"])) == ["batch"]
+    clock.now += 1700  # compilation and NCCL's first collectives
+    assert not dog.check()
+
+
 def test_it_fires_once():
     dog, clock, fired = fake_watchdog()
     clock.now += 5000

@@ -60,13 +60,13 @@ class Watchdog:
     @contextmanager
     def long_phase(self, what: str):
         with self._lock:
-            previous = self._waiting_for
+            previous = self._allowance, self._waiting_for
             self._since, self._allowance, self._waiting_for = self._clock(), self.long_s, what
         try:
             yield
         finally:
-            with self._lock:  # the step's own allowance starts again after the long phase
-                self._since, self._allowance, self._waiting_for = self._clock(), self.bound_s, previous
+            with self._lock:  # the step's own allowance (the first step's is long) starts again after the phase
+                self._since, (self._allowance, self._waiting_for) = self._clock(), previous
 
     def waited(self, batches):
         """The iterator's items, each wait for one inside a long phase (a slow data source is no hang)."""
