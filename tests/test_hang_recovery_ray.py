@@ -27,7 +27,10 @@ def hung_run(tmp_path_factory):
         storage = tmp_path_factory.mktemp("runs")
         summary = fit(validate(TrainConfig(model="tiny", steps=STEPS, seq_len=32, micro_batch=2, data="pattern",
                                            storage_path=str(storage), run_name="hung", checkpoint_every=EVERY,
-                                           workers=2, local=True, max_failures=1)))
+                                           workers=2, local=True, max_failures=1,
+                                           # written before the next step starts: the hang right after it
+                                           # cannot leave it unfinished
+                                           async_checkpoint=False)))
         yield summary, Path(summary["run"])
     finally:
         next(ray, None)

@@ -71,6 +71,7 @@ def test_a_slow_node_fails_every_rank_naming_it_within_the_budget(tmp_path):
         assert outcome["error"].startswith("health gate failed: node node-c: link below 0.01 GB/s")
         assert "node-a<->node-c all-reduce" in outcome["error"] and "node-b<->node-c all-reduce" in outcome["error"]
         assert "node-a<->node-b" not in outcome["error"]
+        print(f"gate with a slow rank: {outcome['elapsed_s']:.2f} s (budget {health.BUDGET_S:g} s)")
         assert outcome["elapsed_s"] < health.BUDGET_S
 
 
@@ -82,6 +83,7 @@ def test_healthy_nodes_pass_with_every_pair_measured_within_the_budget(healthy):
         assert all(link["all_reduce_gbps"] >= 0.01 and link["all_gather_gbps"] >= 0.01
                    for link in outcome["result"]["links"])
         assert outcome["result"]["gpus"] == []  # CPU: the GPU half is skipped
+        print(f"healthy gate: {outcome['elapsed_s']:.2f} s, links {outcome['result']['links']}")
         assert outcome["elapsed_s"] < health.BUDGET_S
 
 
