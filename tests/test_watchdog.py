@@ -151,3 +151,11 @@ def test_a_blocked_rank_makes_every_rank_dump_and_exit_75_within_the_bound(tmp_p
         fired_after = written - step_done
         print(f"rank {rank}: dumped {fired_after:.2f} s after its last step (bound {BOUND_S} s, poll {POLL_S} s)")
         assert BOUND_S <= fired_after <= BOUND_S + POLL_S + 1.0
+
+
+def test_every_worker_keeps_nccl_s_flight_recorder():
+    """PyTorch records collectives for the flight recorder only when TORCH_NCCL_TRACE_BUFFER_SIZE is above 0."""
+    from training.config import TrainConfig
+    from training.train import worker_env
+
+    assert worker_env(TrainConfig())["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
