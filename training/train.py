@@ -52,7 +52,11 @@ def train_func(config: dict) -> None:
     attempt = rank0_choice(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), rank)
     hang_watchdog = watchdog.for_run(run_uri(cfg), attempt, rank, cfg.predicted_step_seconds)
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
-    health_figures = gate_for_run(cfg, rank, device, lambda message: log(rank, message))
+    try:
+        health_figures = gate_for_run(cfg, rank, device, lambda message: log(rank, message))
+    except BaseException:
+        hang_watchdog.stop()  # a failed gate ends the attempt itself: nothing left to watch
+        raise
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
     model = build_model(cfg, device, rank, world, mesh=mesh)
