@@ -28,13 +28,6 @@ MATMUL_N = 4096
 MATMUL_REPEATS = 10
 PATTERN_BYTES = 256 * 2**20
 
-# Dense bf16 TFLOP/s (no sparsity) and memory in GB (10^9 bytes), from NVIDIA's datasheets: the same
-# figures as the planner's hardware table, copied because the trainer does not import the planner.
-GPU_DATASHEET: dict[str, tuple[float, float]] = {
-    "L4": (121.0, 24), "L40S": (362.0, 48), "A10G": (70.0, 24), "A100": (312.0, 40), "H100": (989.0, 80),
-    "H200": (989.0, 141),
-}
-
 
 class HealthError(RuntimeError):
     """A node failed the gate; the message names it and its figures."""
@@ -66,13 +59,12 @@ def node_name() -> str:
 
 
 def datasheet_for(device_name: str) -> tuple[str, float, float] | None:
-    """(GPU model, bf16 TFLOP/s, memory GB) for a CUDA device name such as 'NVIDIA L4' or
-    'NVIDIA A100-SXM4-40GB'; whole words only, so an L40S is never taken for an L4."""
-    words = device_name.replace("-", " ").split()
-    for model, (tflops, memory) in GPU_DATASHEET.items():
-        if model in words:
-            return model, tflops, memory
-    return None
+    """(GPU model, dense bf16 TFLOP/s, memory GB) from the datasheet table (training/gpus.py) for a CUDA device name
+    such as 'NVIDIA L4' or 'NVIDIA A100-SXM4-40GB'."""
+    from training.gpus import gpu_for_device_name
+
+    spec = gpu_for_device_name(device_name)
+    return (spec.name, spec.bf16_tflops, spec.memory_gb) if spec else None
 
 
 def check_gpu(device: torch.device, node: str, rank: int) -> GpuFigures:

@@ -92,9 +92,9 @@ def test_a_gate_past_its_budget_fails(healthy):
         assert "over its 0 s budget" in outcome["over_budget"]
 
 
-def test_gpu_models_are_matched_by_whole_word():
+def test_gpu_models_are_read_from_the_cuda_device_name():
     assert health.datasheet_for("NVIDIA L4") == ("L4", 121.0, 24)  # NVIDIA L4 datasheet: 121 TFLOP/s bf16, 24 GB
-    assert health.datasheet_for("NVIDIA L40S")[0] == "L40S"
+    assert health.datasheet_for("NVIDIA L40S")[0] == "L40S"  # not the L4 its name starts with
     assert health.datasheet_for("NVIDIA A100-SXM4-40GB")[0] == "A100"
     assert health.datasheet_for("NVIDIA GeForce RTX 4090") is None
 
