@@ -68,7 +68,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from cdk_constructs.training_workload import TRAINER_PACKAGE
     from stacks.context import settings_from_context
-    from stacks.settings import trainer_options
+    from stacks.settings import planned_trainer_options
 
     s = settings_from_context(base_context() | overrides)
     instance, t = INSTANCE_TYPES[s.gpu_instance_type], s.training
@@ -76,13 +76,14 @@ def pure_workload(**overrides) -> dict[str, dict]:
     files = rm.trainer_files(TRAINER_PACKAGE)
     if UNDER_MUTATION:  # mutmut's copies of the trainer modules hold every mutant: far past a ConfigMap's 1 MiB
         files = {path: f"# {path}\n" for path in files}
+    options, auto_line = planned_trainer_options(s)
     pods = rm.RayClusterSpec(
         image=t.image, service_account="ray", trainer_files=files,
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
         ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret)
     job = rm.RayJobSpec(
-        namespace="training", cluster=pods, trainer_options=trainer_options(s), storage_path=STORAGE_PLACEHOLDER,
+        namespace="training", cluster=pods, trainer_options=options, auto_line=auto_line, storage_path=STORAGE_PLACEHOLDER,
         rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
         submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished)
     return {"RayJob": rm.ray_job_manifest(job), "ConfigMap": rm.job_configmap(job)}
