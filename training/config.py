@@ -89,8 +89,9 @@ class TrainConfig:
     seq_len: int = 512
     """Tokens per sequence."""
     micro_batch: int | str = 4
-    """Sequences per worker per forward/backward, or auto: planning.plan's fastest split of each worker's share
-    of --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape)."""
+    """Sequences per worker per forward/backward, or auto: the planner's fastest split of each worker's share of
+    --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape; resolved by
+    the synth or `python -m planning.train`, never by the trainer)."""
     grad_accum: int = 1
     """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
     batch_tokens: int | None = None
@@ -108,7 +109,7 @@ class TrainConfig:
     """Gradient-norm clip (0 disables)."""
     activation_checkpointing: str = "none"
     """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
-    selective (every second layer: half of each); or auto (planning.plan's fastest that fits, as for
+    selective (every second layer: half of each); or auto (the planner's fastest that fits, as for
     --micro-batch auto). The old boolean form still works: the bare flag is full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
@@ -119,7 +120,8 @@ class TrainConfig:
     Off: they stay gathered through backward and through all of a step's micro-batches."""
     sharding: str = "auto"
     """full (FSDP over every GPU), hybrid (shard within a node, replicate across nodes: only one
-    gradient all-reduce per step crosses nodes), or auto (what planning.plan says is fastest and fits)."""
+    gradient all-reduce per step crosses nodes), or auto: the planner's fastest that fits (on one machine, --local,
+    full without it)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
     attention: str = "auto"
