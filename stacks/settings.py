@@ -229,6 +229,15 @@ def trainer_options(s: Settings) -> dict[str, typing.Any]:
     return options | {"workers": s.training_workers, "instance_type": s.gpu_instance_type}
 
 
+def planned_trainer_options(s: Settings) -> tuple[dict[str, typing.Any], str | None]:
+    """The RayJob's trainer options: trainer_options with every auto resolved by the planner and its predicted
+    step time and link bandwidth added (planning.auto.resolve_options); and the line that says what auto picked.
+    The pods run explicit values: the trainer ships without the planner."""
+    from planning.auto import resolve_options
+
+    return resolve_options(trainer_options(s))
+
+
 def _setting_of_option(option: str) -> str:
     """The setting a trainer --option comes from, to name it in an error."""
     for f in dataclasses.fields(TrainingSettings):

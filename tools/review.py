@@ -71,17 +71,18 @@ def _manifests(template: dict, kind: str) -> list[dict]:
 
 def _job_plan(template: dict):
     """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
-    (planning.plan), with what auto picks applied as the trainer applies it; or None."""
-    from training.config import ConfigError, HUB_ARCHITECTURES, parse_args, resolve_auto
-    from planning.search import choose
+    (planning.plan): the synth resolved auto into the entrypoint, and left what it picked and why in an
+    annotation; or None."""
+    from cdk_constructs.ray_manifests import AUTO_ANNOTATION
     from planning.timing import estimate
     from planning.workload import MODELS, Layout, Workload, cluster_of
+    from training.config import HUB_ARCHITECTURES, ConfigError, parse_args
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
         return None
     try:
-        cfg, picked = resolve_auto(parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:]))
+        cfg = parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:])
     except ConfigError:
         return None
     model = MODELS.get(HUB_ARCHITECTURES.get(cfg.model, cfg.model))
@@ -92,11 +93,8 @@ def _job_plan(template: dict):
     work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                     activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
                     steps=cfg.steps, lora_rank=cfg.lora_rank)
-    layout_of = lambda sharding: Layout(sharding, not cfg.reshard_after_forward, cfg.reduce_dtype)  # noqa: E731
-    chosen = (choose(model, work, cluster, not cfg.reshard_after_forward, cfg.reduce_dtype) if cfg.sharding == "auto"
-              else estimate(model, work, cluster, layout_of(cfg.sharding)))
-    # Nothing fitting is refused by the settings' validation before synth gets here.
-    return (model, work, cluster, chosen, picked) if chosen else None
+    chosen = estimate(model, work, cluster, Layout(cfg.sharding, not cfg.reshard_after_forward, cfg.reduce_dtype))
+    return model, work, cluster, chosen, jobs[0]["metadata"].get("annotations", {}).get(AUTO_ANNOTATION)
 
 
 def training_estimate(template: dict):
@@ -117,7 +115,7 @@ def training_plan_line(template: dict) -> str | None:
 
 
 def training_auto_line(template: dict) -> str | None:
-    """What auto picked for the RayJob's run and why: the line the trainer logs when it starts; None without auto."""
+    """What auto picked for the RayJob's run and why, as the synth resolved it; None without auto."""
     found = _job_plan(template)
     return found[4] if found else None
 

@@ -14,7 +14,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from planning.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
@@ -31,7 +30,8 @@ SHARDINGS = ("auto", "full", "hybrid")
 # so memory and recomputation both land halfway between none and full, predictably for the planner.
 RECOMPUTATION = ("none", "selective", "full")
 SELECTIVE_EVERY = 2
-# --micro-batch auto and --activation-checkpointing auto: planning.plan picks them (resolve_auto).
+# auto (--micro-batch, --activation-checkpointing, --sharding): the planner picks them before the trainer starts
+# (planning.auto, at synth and in `python -m planning.train`); the trainer itself runs explicit values.
 AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
@@ -77,11 +77,6 @@ class ConfigError(ValueError):
     """A bad option; the message is one line that names it and what is allowed."""
 
 
-class PlanError(ConfigError):
-    """Options that are each valid but that planning.plan refuses together: the run does not fit, or auto cannot
-    plan it. Raised after every other check, so a value that is wrong in itself is named first."""
-
-
 @dataclass
 class TrainConfig:
     """Everything one training run needs; every field is a --option of the same name."""
@@ -95,8 +90,9 @@ class TrainConfig:
     seq_len: int = 512
     """Tokens per sequence."""
     micro_batch: int | str = 4
-    """Sequences per worker per forward/backward, or auto: planning.plan's fastest split of each worker's share
-    of --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape)."""
+    """Sequences per worker per forward/backward, or auto: the planner's fastest split of each worker's share of
+    --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape; resolved by
+    the synth or `python -m planning.train`, never by the trainer)."""
     grad_accum: int = 1
     """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
     batch_tokens: int | None = None
@@ -114,7 +110,7 @@ class TrainConfig:
     """Gradient-norm clip (0 disables)."""
     activation_checkpointing: str = "none"
     """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
-    selective (every second layer: half of each); or auto (planning.plan's fastest that fits, as for
+    selective (every second layer: half of each); or auto (the planner's fastest that fits, as for
     --micro-batch auto). The old boolean form still works: the bare flag is full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
@@ -125,7 +121,8 @@ class TrainConfig:
     Off: they stay gathered through backward and through all of a step's micro-batches."""
     sharding: str = "auto"
     """full (FSDP over every GPU), hybrid (shard within a node, replicate across nodes: only one
-    gradient all-reduce per step crosses nodes), or auto (what planning.plan says is fastest and fits)."""
+    gradient all-reduce per step crosses nodes), or auto: the planner's fastest that fits (on one machine, --local,
+    full without it)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
     attention: str = "auto"
@@ -133,7 +130,14 @@ class TrainConfig:
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
     data on GPU, sdpa otherwise (docs/benchmarks.md)."""
     instance_type: str | None = None
-    """The nodes' EC2 instance type (planning/hardware.py), for --sharding auto's estimate of the links."""
+    """The nodes' EC2 instance type (planning/hardware.py): what the planner resolves auto for."""
+    predicted_step_seconds: float | None = None
+    """The planner's step time for this run, seconds (the synth passes it): the hang watchdog allows max(10 x this,
+    60 s) per step."""
+    predicted_link_gbps: float | None = None
+    """The planner's bandwidth of the slowest link the step's collectives cross, GB/s one way (each node's network
+    on several nodes, the intra-node link per GPU on one; the synth passes it): the health gate fails a node pair
+    below half of it."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
@@ -208,10 +212,6 @@ class TrainConfig:
     (e.g. q_proj,k_proj,v_proj,o_proj)."""
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
-    predicted_step_seconds: float | None = None
-    """The planner's step time (the synth passes it): the hang watchdog allows max(10 x this, 60 s) per step."""
-    predicted_link_gbps: float | None = None
-    """The planner's link between two nodes, GB/s (the synth passes it): the health gate fails a node pair below half."""
     inject_failure_at_step: int | None = None
     """Testing recovery: the last rank's worker exits once at this step."""
     inject_nan_at_step: int | None = None
@@ -232,7 +232,7 @@ RESUME_SETTINGS = ("model", "model_revision", "workers", "micro_batch", "seq_len
 
 def resume_changes(saved: dict, current: dict) -> list[str]:
     """'--option old -> new' for each resume setting that differs from the checkpoint's."""
-    return [f"{_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
+    return [f"{option_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
             if k in saved and saved[k] != current.get(k)]
 
 
@@ -264,8 +264,11 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.sharding in SHARDINGS, f"--sharding: {c.sharding!r} must be one of {', '.join(SHARDINGS)}")
     require(c.attention in ATTENTIONS, f"--attention: {c.attention!r} must be one of {', '.join(ATTENTIONS)}")
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
-    require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
-            f"--instance-type: {c.instance_type!r} is not in planning/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
+    require(c.instance_type is None or re.fullmatch(r"[a-z0-9-]+\.[a-z0-9-]+", c.instance_type) is not None,
+            f"--instance-type: {c.instance_type!r} is not an EC2 instance type name (family.size, e.g. g6.12xlarge)")
+    for option in ("predicted_step_seconds", "predicted_link_gbps"):
+        value = getattr(c, option)
+        require(value is None or 0 < value < float("inf"), f"{option_flag(option)}: {value} must be above 0")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
@@ -300,7 +303,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     for option in ("text_field", "messages_field", "response_field"):
         value = getattr(c, option)
         require(value is None or _FIELD.fullmatch(value) is not None,
-                f"{_flag(option)}: {value!r} must be a field name (letters, digits, '_')")
+                f"{option_flag(option)}: {value!r} must be a field name (letters, digits, '_')")
     require(c.prompt_field is None or all(_FIELD.fullmatch(f) for f in c.prompt_field.split(",")),
             f"--prompt-field: {c.prompt_field!r} must be field names separated by commas (letters, digits, '_')")
     require((c.prompt_field is None) == (c.response_field is None),
@@ -323,13 +326,10 @@ def validate(c: TrainConfig) -> TrainConfig:
                                                          and len(set(targets)) == len(targets)),
             f"--lora-target-modules: {c.lora_target_modules!r} must be {LORA_ALL_LINEAR} or distinct module names "
             "separated by commas (letters, digits, '_')")
-    for option in ("predicted_step_seconds", "predicted_link_gbps"):
-        value = getattr(c, option)
-        require(value is None or 0 < value < math.inf, f"{_flag(option)}: {value} must be a number above 0")
     for option in ("inject_failure_at_step", "inject_nan_at_step"):
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
-                f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
+                f"{option_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
     require(c.micro_batch != AUTO or c.batch_tokens is not None,
             "--micro-batch: auto needs --batch-tokens (the batch it splits into micro-batches; the optimisation keeps it)")
     if c.micro_batch == AUTO:
@@ -340,10 +340,6 @@ def validate(c: TrainConfig) -> TrainConfig:
         require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
                 f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
         c = dataclasses.replace(c, grad_accum=accum)
-    if AUTO in (c.micro_batch, c.activation_checkpointing):
-        resolve_auto(c)  # refuses here, at synth, what auto cannot plan or fit
-    else:
-        _validate_fit(c)
     return c
 
 
@@ -370,73 +366,6 @@ def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: i
 
 # The old boolean --activation-checkpointing (cdk.json true/false, a bool in code): every layer, or none.
 _OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "none"}
-
-
-def _planned(c: TrainConfig):
-    """(model shape, cluster) of the run where planning.plan knows both: a known instance type and model, whole
-    nodes of workers (or fewer workers than one node's GPUs); else None."""
-    from planning.workload import MODELS, cluster_of
-
-    spec = INSTANCE_TYPES.get(c.instance_type or "")
-    model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
-    if spec is None or spec.gpu is None or model is None or (c.workers > spec.gpus and c.workers % spec.gpus):
-        return None
-    nodes = max(c.workers // spec.gpus, 1)
-    return model, dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
-
-
-def _validate_fit(c: TrainConfig) -> None:
-    """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
-    (planning.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
-    from planning.search import fit_error
-    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
-
-    planned = _planned(c)
-    if planned is None:
-        return
-    model, cluster = planned
-    work = Workload(seq_len=c.seq_len, micro_batch=c.micro_batch, grad_accum=c.grad_accum,
-                    activation_checkpointing=c.activation_checkpointing, loss_chunk_tokens=c.loss_chunk_tokens,
-                    lora_rank=c.lora_rank)
-    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
-    problem = fit_error(model, work, cluster, shardings, not c.reshard_after_forward, c.reduce_dtype)
-    if problem:
-        raise PlanError(problem)
-
-
-def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
-    """The run's options with auto micro-batch and recomputation replaced by planning.plan's pick, and the line
-    that says what it picked and why (None when neither is auto). The pick is the fastest that fits (layout,
-    micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
-    per step stay --batch-tokens / (--workers x --seq-len), so the optimisation does not change. PlanError (one
-    line naming the option to change) when auto cannot plan the run or nothing fits."""
-    from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
-    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
-
-    free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
-    if not free:
-        return c, None
-    planned = _planned(c)
-    if planned is None:
-        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
-                        f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} or "
-                        f"their Qwen/Qwen2.5 hub ids); set {' and '.join(_flag(o) for o in free)} instead")
-    model, cluster = planned
-    if "micro_batch" in free:
-        micro_batch, grad_accum = c.batch_tokens // (c.workers * c.seq_len), 1  # every sequence in one, to be split
-    else:
-        micro_batch, grad_accum = c.micro_batch, c.grad_accum
-    work = Workload(seq_len=c.seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
-                    activation_checkpointing="full" if "activation_checkpointing" in free else c.activation_checkpointing,
-                    loss_chunk_tokens=c.loss_chunk_tokens, steps=c.steps, lora_rank=c.lora_rank)
-    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
-    keep_gathered = not c.reshard_after_forward
-    chosen = choose(model, work, cluster, keep_gathered, c.reduce_dtype, shapes=free, shardings=shardings)
-    if chosen is None:
-        raise PlanError(fit_error(model, work, cluster, shardings, keep_gathered, c.reduce_dtype, free=free))
-    picked = dataclasses.replace(c, micro_batch=chosen.work.micro_batch, grad_accum=chosen.work.grad_accum,
-                                 activation_checkpointing=chosen.work.activation_checkpointing)
-    return picked, auto_line(model, work, cluster, chosen, free, shardings)
 
 
 def _validate_data(option: str, value: str) -> None:
@@ -488,7 +417,7 @@ def _validate_location(option: str, value: str, remote: bool = True) -> None:
         raise ConfigError(f"{option}: {value!r} must be an absolute file:///path")
 
 
-def _flag(name: str) -> str:
+def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
@@ -515,17 +444,17 @@ def build_parser() -> argparse.ArgumentParser:
         kind = f.type if isinstance(f.type, str) else f.type.__name__
         help_text = docs.get(f.name, "")
         if kind.startswith("bool"):
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(option_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=f.default, help=help_text)
             continue
         if f.name == "activation_checkpointing":  # once a boolean flag: bare, it still means full
-            parser.add_argument(_flag(f.name), dest=f.name, nargs="?", const="full", default=f.default,
+            parser.add_argument(option_flag(f.name), dest=f.name, nargs="?", const="full", default=f.default,
                                 metavar="{" + ",".join(RECOMPUTATION + (AUTO,)) + "}", help=help_text)
             parser.add_argument("--no-activation-checkpointing", dest=f.name, action="store_const", const="none",
                                 help="the same as --activation-checkpointing none")
             continue
         base = {"int": int, "float": float, "str": str}[kind.split(" ")[0]]
-        parser.add_argument(_flag(f.name), dest=f.name, type=_typed(base, f.name), default=f.default, help=help_text)
+        parser.add_argument(option_flag(f.name), dest=f.name, type=_typed(base, f.name), default=f.default, help=help_text)
     return parser
 
 
@@ -537,7 +466,7 @@ def _typed(base: type, name: str):
             return base(text)
         except ValueError:
             kind = "an integer" if base is int else "a number"
-            raise argparse.ArgumentTypeError(f"{_flag(name)}: {text!r} is not {kind}"
+            raise argparse.ArgumentTypeError(f"{option_flag(name)}: {text!r} is not {kind}"
                                              f"{' or auto' if name == 'micro_batch' else ''}") from None
 
     parse.__name__ = base.__name__
@@ -556,6 +485,18 @@ def _field_docs() -> dict[str, str]:
         if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
             docs[node.target.id] = following.value.value
     return docs
+
+
+def options_argv(options: dict) -> list[str]:
+    """The command line of trainer options by TrainConfig name: --flag=value each (booleans --flag / --no-flag,
+    None left out), as the RayJob's entrypoint writes them."""
+    argv = []
+    for name, value in options.items():
+        if isinstance(value, bool):
+            argv.append(option_flag(name) if value else "--no-" + name.replace("_", "-"))
+        elif value is not None:
+            argv.append(f"{option_flag(name)}={value}")
+    return argv
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:

@@ -214,7 +214,7 @@ def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
     if recomputation == "none":
         return []
     raise ValueError(f"activation checkpointing {recomputation!r}: none, selective or full (auto is resolved before the "
-                     "model is built, training.config.resolve_auto)")
+                     "model is built: planning.auto resolves it before the trainer starts)")
 
 
 def apply_activation_checkpointing(model: CausalLMWithLoss, recomputation: str) -> None:

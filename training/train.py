@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, parse_args, resolve_auto
+from training.config import AUTO, SYNTHETIC_DATA, ConfigError, TrainConfig, option_flag, parse_args
 from training.inputs import check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 from training.storage import storage_uri
@@ -293,42 +293,29 @@ def check_transport(cfg: TrainConfig, rank: int) -> str:
 
 
 def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int):
-    """The device mesh of the run's sharding layout, from where Ray placed the workers (planning.plan)."""
+    """The device mesh of the run's sharding layout, from where Ray placed the workers."""
     import ray
 
     from training.model import device_mesh
 
     node_of_rank: list = [None] * world
     dist.all_gather_object(node_of_rank, ray.get_runtime_context().get_node_id())
-    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank, device)
+    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank)
     log(rank, f"sharding: {sharding} over {nodes} node(s) x {per_node} worker(s) ({why})")
     return device_mesh(device, sharding, nodes, per_node), sharding
 
 
-def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) -> tuple[str, int, int, str]:
-    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any
-    placement; only hybrid needs every node to hold the same number of consecutive ranks."""
-    from training.gpus import gpu_for_device_name
-    from training.model import model_config
-    from planning.auto import LayoutError, node_layout, resolve_sharding
-    from planning.workload import Workload, shape_of
+def choose_layout(cfg: TrainConfig, node_of_rank: list) -> tuple[str, int, int, str]:
+    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any placement; only
+    hybrid needs every node to hold the same number of consecutive ranks. auto reaches the trainer only on one
+    machine (--local; elsewhere the planner resolves it first), where a hybrid mesh would be the same as full."""
+    from training.layout import node_layout
 
     world = len(node_of_rank)
-    if cfg.sharding == "full":
-        return "full", 1, world, "as set"
-    try:
-        nodes, per_node = node_layout(node_of_rank)
-    except LayoutError as error:
-        if cfg.sharding == "hybrid":
-            raise
-        return "full", 1, world, f"the placement cannot carry hybrid: {error}"
-    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
-                    activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                    steps=cfg.steps)
-    gpu = gpu_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-    sharding, why = resolve_sharding(cfg.sharding, shape_of(model_config(cfg)), work, nodes, per_node, gpu,
-                                     cfg.instance_type, not cfg.reshard_after_forward, cfg.reduce_dtype)
-    return sharding, nodes, per_node, why
+    if cfg.sharding != "hybrid":
+        return "full", 1, world, "as set" if cfg.sharding == "full" else "one machine"
+    nodes, per_node = node_layout(node_of_rank)
+    return "hybrid", nodes, per_node, "as set"
 
 
 def nccl_log_dir(cfg: TrainConfig) -> Path:
@@ -381,14 +368,16 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     return env
 
 
-def apply_auto(cfg: TrainConfig) -> TrainConfig:
-    """The run's options with auto micro-batch and recomputation picked (training.config.resolve_auto), once, here in
-    the driver, for every worker; the pick and why are printed. Each worker's --sharding auto (choose_layout) then
-    lands on the pick's layout: the fastest that fits for the picked shape."""
-    cfg, picked = resolve_auto(cfg)
-    if picked:
-        print(picked, flush=True)
-    return cfg
+def refuse_planner_autos(cfg: TrainConfig) -> None:
+    """auto that only the planner resolves is refused before anything starts, in one line naming the CLI that
+    resolves it; --sharding auto on one machine (--local) is full and needs no planner."""
+    planner_only = [n for n in ("micro_batch", "activation_checkpointing") if getattr(cfg, n) == AUTO]
+    if cfg.sharding == AUTO and not cfg.local:
+        planner_only.append("sharding")
+    if planner_only:
+        flags = " and ".join(option_flag(n) for n in planner_only)
+        raise ConfigError(f"{option_flag(planner_only[0])}: auto needs the planner: run python -m planning.train with "
+                          f"the same options, or set {flags}")
 
 
 def fit(cfg: TrainConfig) -> dict:
@@ -397,7 +386,6 @@ def fit(cfg: TrainConfig) -> dict:
     from ray.train.torch import TorchTrainer
 
     started = time.time()
-    cfg = apply_auto(cfg)
     if not ray.is_initialized():
         if cfg.local:
             ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env=runtime_env(cfg), logging_level="ERROR")
@@ -478,6 +466,7 @@ def real_datasets(cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
+        refuse_planner_autos(cfg)
         check_inputs(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
