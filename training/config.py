@@ -33,6 +33,8 @@ SELECTIVE_EVERY = 2
 # --micro-batch auto and --activation-checkpointing auto: training.plan picks them (resolve_auto).
 AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
+# Matmul precision of the decoder layers (training.fp8): bf16, or float8 on GPUs with FP8 tensor cores.
+PRECISIONS = ("bf16", "fp8")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
 ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
@@ -127,6 +129,10 @@ class TrainConfig:
     gradient all-reduce per step crosses nodes), or auto (what training.plan says is fastest and fits)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
+    precision: str = "bf16"
+    """Matmuls of the decoder layers: bf16, or fp8 (torchao float8, tensorwise scaling, weights all-gathered
+    in float8; the LM head and loss stay bf16). fp8 needs FP8 tensor cores (L4, L40S, H100, H200), full
+    fine-tuning and torchao (training.fp8; docs/benchmarks.md has its measured speed and loss)."""
     attention: str = "auto"
     """Attention kernel: sdpa (PyTorch's fused kernels; a document mask makes it use a slower masked
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
@@ -259,6 +265,12 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.sharding in SHARDINGS, f"--sharding: {c.sharding!r} must be one of {', '.join(SHARDINGS)}")
     require(c.attention in ATTENTIONS, f"--attention: {c.attention!r} must be one of {', '.join(ATTENTIONS)}")
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
+    require(c.precision in PRECISIONS, f"--precision: {c.precision!r} must be one of {', '.join(PRECISIONS)}")
+    # LoRA's frozen base weights get no gradient and its adapters are small: float8 casts would cost more than they save.
+    require(c.precision != "fp8" or c.lora_rank == 0,
+            f"--precision: fp8 trains full weights; with --lora-rank {c.lora_rank} use --precision bf16")
+    require(c.precision != "fp8" or c.gpu is not False,
+            "--precision: fp8 needs a GPU with FP8 tensor cores; --no-gpu trains on the CPU: use --precision bf16")
     require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
             f"--instance-type: {c.instance_type!r} is not in training/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
     require(c.profile is None or c.profile in GPU_PROFILES,
