@@ -31,6 +31,7 @@ from pathlib import Path
 from unittest import mock
 
 from training.config import BUILTIN_MODELS, GPU_PROFILES, TrainConfig, validate
+from training.fp8 import FP8_MIN_CAPABILITY
 from training.metrics import rates
 
 # The example's recipe: FSDP1, size_based_auto_wrap_policy(min_num_params=1e7), bf16 everywhere.
@@ -97,6 +98,11 @@ class Group:
 
 
 PEER = Case("peer: FSDP2 + Liger kernels, no compile", recipe="liger")
+FP8_CUBE = "fp8 8192x8192x8192"
+FP8_PEER = Case("peer FP8: torchao float8 on Hugging Face's model, FSDP2, compiled layers, Liger loss", recipe="fp8-peer")
+# --suite parity: steps of the loss-parity runs (pattern data, same seed), and the validation micro-batches per GPU.
+PARITY_STEPS = 300
+PARITY_EVAL_BATCHES = 16
 
 
 def plan(suite: str, gpus: int) -> list[Group]:
@@ -140,6 +146,10 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return [Group("main", gpus, [default, *variants, *example], measure_matmul=True)]
     if suite == "mfu":
         return mfu_groups(default, gpus)
+    if suite == "fp8":
+        return fp8_groups(default, gpus)
+    if suite == "parity":
+        return parity_groups(gpus)
     groups = [Group("main", gpus, [default, *example], measure_matmul=True), Group("peer", gpus, [PEER])]
     groups += [Group(f"l4-world{world}", world, [l4]) for world in l4_worlds]
     groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
@@ -177,6 +187,29 @@ def _coordinate_descent():
 
     with inductor.patch(coordinate_descent_tuning=True):
         yield
+
+
+@contextlib.contextmanager
+def _fp8_recipe(make):
+    """training.fp8's float8 config replaced by make() (convert_to_fp8 reads it when it converts)."""
+    from training import fp8
+
+    with mock.patch.object(fp8, "float8_config", lambda all_gather_in_float8=True, emulate=False: make()):
+        yield
+
+
+def _fp8_rowwise():
+    """torchao's rowwise recipe (one scale per row, CUTLASS's rowwise GEMM; weights gathered in bf16)."""
+    from torchao.float8 import Float8LinearConfig
+
+    return _fp8_recipe(lambda: Float8LinearConfig.from_recipe_name("rowwise"))
+
+
+def _fp8_bf16_all_gather():
+    """Tensorwise float8 with the weights all-gathered in bf16 and cast after the gather."""
+    from torchao.float8 import Float8LinearConfig
+
+    return _fp8_recipe(lambda: Float8LinearConfig(enable_fsdp_float8_all_gather=False))
 
 
 @contextlib.contextmanager
@@ -304,7 +337,8 @@ MFU_ENV_GROUPS = {"expandable-segments": {"PYTORCH_CUDA_ALLOC_CONF": "expandable
                   "copy-engine-all-gather": {"NCCL_CTA_POLICY": "2"}}
 # The levers an env group's case enters (the copy engines gather only from symmetric memory).
 MFU_ENV_LEVERS = {"copy-engine-all-gather": ("symmetric-memory",)}
-LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
+LEVERS = {"fp8-rowwise": _fp8_rowwise, "fp8-bf16-all-gather": _fp8_bf16_all_gather,
+          "cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
           "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,
           "read-after-update": _read_after_update, "transformers-masks": _transformers_masks,
@@ -356,6 +390,26 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
           Case("trainer, l4 profile, no-automatic-gc", profile="l4", levers=("no-automatic-gc",))]
     return [Group("main", gpus, kept, measure_matmul=True), Group("l4-step", gpus, l4),
             Group("peer", gpus, [PEER]), Group("tried", gpus, [default, *tried]), *envs]
+
+
+def fp8_groups(default: Case, gpus: int) -> list[Group]:
+    """Issue 35: the h200 step in bf16 and in float8 (tensorwise with and without float8 all-gather, rowwise),
+    beside the bf16 peer and an FP8 peer recipe, in one run; the matmul rates give the bf16 and FP8 peaks."""
+    fp8 = {"precision": "fp8"}
+    cases = [default, Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
+             Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)),
+             Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))]
+    return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, [PEER, FP8_PEER])]
+
+
+def parity_groups(gpus: int) -> list[Group]:
+    """Issue 35's loss parity: bf16, bf16 again (the noise floor) and fp8 on pattern data at the h200 profile,
+    PARITY_STEPS steps each from the same seed, then the validation loss."""
+    settings = {"data": "pattern", "steps": PARITY_STEPS, "warmup_steps": 10}
+    return [Group("parity", gpus, [
+        Case(name, overrides=settings | extra, evaluate_batches=PARITY_EVAL_BATCHES)
+        for name, extra in (("parity: bf16", {}), ("parity: bf16, repeated", {}),
+                            ("parity: fp8 tensorwise", {"precision": "fp8"}))])]
 
 
 def lora_groups(gpus: int) -> list[Group]:
@@ -533,6 +587,8 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
                                                        case.legacy_bf16_accumulation)
             elif case.recipe == "liger":
                 model, optimizer, step = _peer_step(cfg, device, rank, world)
+            elif case.recipe == "fp8-peer":
+                model, optimizer, step = _fp8_peer_step(cfg, device, rank, world)
             else:
                 model, optimizer, step = _example_step(cfg, device, rank, world)
             result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
@@ -587,6 +643,7 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     """The trainer's own pieces, exactly as train_func wires them (the mesh from the emulated nodes)."""
     import training.model
     from training.data import synthetic_batches
+    from training.fp8 import after_optimizer_step
     from training.model import build_model, device_mesh
     from training.schedule import lr_at
     from training.step import make_optimizer, train_step
@@ -607,7 +664,8 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     def step(i: int):
         lr = lr_at(i, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
         return train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                          keep_weights_gathered=not cfg.reshard_after_forward).loss
+                          keep_weights_gathered=not cfg.reshard_after_forward,
+                          after_update=after_optimizer_step if cfg.precision == "fp8" else None).loss
 
     return model, optimizer, step
 
@@ -672,6 +730,48 @@ def _peer_step(cfg: TrainConfig, device, rank: int, world: int):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return lm, optimizer, step
+
+
+def _fp8_peer_step(cfg: TrainConfig, device, rank: int, world: int):
+    """An FP8 recipe as torchtitan's float8 docs and accelerate's torchao backend write it: Hugging Face's model,
+    torchao's tensorwise float8 on every linear layer but the LM head (dimensions divisible by 16, torchao's
+    filter), weights all-gathered in float8 and their scales precomputed after each optimizer step, each decoder
+    layer compiled, FSDP2 per layer and the root, Liger's fused linear cross-entropy."""
+    import torch
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+    from transformers import AutoModelForCausalLM
+
+    from training.data import synthetic_batches
+    from training.model import model_config
+
+    torch.manual_seed(cfg.seed)
+    with device:
+        lm = AutoModelForCausalLM.from_config(model_config(cfg), dtype=torch.float32, attn_implementation="sdpa")
+    apply_liger_kernel_to_qwen2(model=lm)
+    convert_to_float8_training(lm, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True),
+                               module_filter_fn=lambda m, fqn: fqn != "lm_head" and m.in_features % 16 == 0
+                               and m.out_features % 16 == 0)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in lm.model.layers:
+        layer.compile()
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(lm, mp_policy=mp)
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=cfg.lr, fused=True)
+    batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
+
+    def step(i: int):
+        input_ids = next(batches)["input_ids"].to(device)
+        loss = lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        optimizer.step()
+        precompute_float8_dynamic_scale_for_fsdp(lm)
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
@@ -785,8 +885,30 @@ def matmul_rates(device, repeats: int = 20) -> dict:
             times.append(start.elapsed_time(end) / 1000)
         rates[name] = 2 * m * k * n / statistics.median(times) / 1e12
         del a, b
+    if torch.cuda.get_device_capability(device) >= FP8_MIN_CAPABILITY:
+        rates[FP8_CUBE] = fp8_matmul_rate(device, 8192, repeats)
     torch.cuda.empty_cache()
     return rates
+
+
+def fp8_matmul_rate(device, n: int, repeats: int) -> float:
+    """e4m3 x e4m3 -> bf16 TFLOP/s of an n-cube on random data, tensorwise scales (what float8 training's GEMMs run)."""
+    import torch
+
+    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm needs
+    one = torch.ones((), device=device)
+    for _ in range(3):
+        torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * n**3 / statistics.median(times) / 1e12
 
 
 # ---------------------------------------------------------------- the launcher and the report
@@ -891,6 +1013,65 @@ def round_lines(rows: list[dict]) -> list[str]:
     return [f"{name}: median {statistics.median(rates):,.0f} tokens/s/GPU over {len(rates)} rounds "
             f"({min(rates):,.0f}-{max(rates):,.0f}), {statistics.median(rates) / baselines[group]:.3f}x the group's first case"
             for (group, name), rates in rounds.items() if len(rates) > 1]
+
+
+def fp8_lines(rows: list[dict], matmul: dict | None, device: str) -> list[str]:
+    """Each timed case's TFLOP/s against the FP8 peak, measured (the e4m3 8192-cube) and datasheet, and each fp8
+    case's speed over the bf16 default and over the best bf16 peer (--suite fp8)."""
+    from training.hardware import gpu_for_device_name
+
+    fp8_cases = [r for r in rows if r["settings"].get("precision") == "fp8" or r["recipe"] == "fp8-peer"]
+    if not fp8_cases:
+        return []
+    cube = [rates[FP8_CUBE] for rates in (matmul or {}).get("per_rank", []) if FP8_CUBE in rates]
+    measured = statistics.median(cube) if cube else None
+    gpu = gpu_for_device_name(device) if device else None
+    datasheet = gpu.fp8_tflops if gpu and gpu.fp8_tflops else None
+    timed = [r for r in rows if r.get("tflops_per_gpu")]
+    lines = [f"MFU against the FP8 peak (measured {measured or 0:.0f}, datasheet {datasheet or 0:.0f} TFLOP/s): " + ", ".join(
+        f"{r['name']} {r['tflops_per_gpu'] / measured:.1%} / {r['tflops_per_gpu'] / datasheet:.1%}" if measured and datasheet
+        else f"{r['name']} n/a" for r in timed)]
+    default = next((r for r in timed if r["recipe"] == "trainer" and r["settings"].get("precision", "bf16") == "bf16"
+                    and not r.get("levers")), None)
+    peers = [r for r in timed if r["recipe"] in ("liger", "example")]
+    best_peer = max(peers, key=lambda r: r["tokens_per_s_per_gpu"], default=None)
+    for r in (r for r in fp8_cases if r.get("tokens_per_s_per_gpu")):
+        parts = []
+        if default:
+            parts.append(f"{r['tokens_per_s_per_gpu'] / default['tokens_per_s_per_gpu']:.3f}x the bf16 default")
+        if best_peer:
+            parts.append(f"{r['tokens_per_s_per_gpu'] / best_peer['tokens_per_s_per_gpu']:.3f}x the best bf16 peer "
+                         f"({best_peer['name']})")
+        if parts:
+            lines.append(f"{r['name']}: " + ", ".join(parts))
+    return lines
+
+
+PARITY_FINAL_TOLERANCE = 0.005
+PARITY_STEP_TOLERANCE = 0.02
+
+
+def parity_lines(rows: list[dict]) -> list[str]:
+    """--suite parity: fp8's and the repeated bf16's losses against bf16's, same seed and data: the final validation
+    loss (issue 35: within 0.5%) and the largest step-by-step difference (no step over 2%); the repeat is the
+    noise floor that fp8's differences are read against."""
+    by_name = {r["name"]: r for r in rows if r.get("group") == "parity" and r.get("losses")}
+    base = by_name.get("parity: bf16")
+    if not base:
+        return []
+    lines = []
+    for name in ("parity: bf16, repeated", "parity: fp8 tensorwise"):
+        other = by_name.get(name)
+        if not other:
+            continue
+        final = other["val_loss"] / base["val_loss"] - 1
+        steps = [abs(b / a - 1) for a, b in zip(base["losses"], other["losses"])]
+        worst = max(range(len(steps)), key=steps.__getitem__)
+        holds = abs(final) <= PARITY_FINAL_TOLERANCE and steps[worst] <= PARITY_STEP_TOLERANCE
+        lines.append(f"{name} against bf16 over {len(steps)} steps: validation loss {other['val_loss']:.4f} vs "
+                     f"{base['val_loss']:.4f} ({final:+.2%}), largest step difference {steps[worst]:.2%} at step "
+                     f"{worst + 1}: parity {'holds' if holds else 'fails'} (0.5% final, 2% a step)")
+    return lines
 
 
 def measured_peak_tflops(out: Path) -> tuple[float | None, dict | None]:
@@ -1058,6 +1239,8 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
         lines.append(f"- {comparison}")
     lines += [f"- {line}" for line in accumulation_comparison(rows, out)]
     lines += [f"- {line}" for line in round_lines(rows)]
+    lines += [f"- {line}" for line in fp8_lines(rows, matmul, device)]
+    lines += [f"- {line}" for line in parity_lines(rows)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
         lines += ["", "Model against measurement (training.plan; link bandwidth from this run):", "",
@@ -1074,7 +1257,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.bench", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--suite", default="full",
-                        choices=("full", "variants", "mfu", "l4", "smoke", "layouts", "accumulation", "lora"),
+                        choices=("full", "variants", "mfu", "l4", "smoke", "layouts", "accumulation", "lora", "fp8",
+                                 "parity"),
                         help="full: default profile, example recipe, the peer recipe (FSDP2 + Liger, when liger-kernel is "
                              "installed or its wheel is in .whl/), L4 profile, sockets A/B, one GPU; "
                              "variants: the levers one at a time; mfu: the h200 step's kernel and communication levers beside the "
@@ -1084,7 +1268,10 @@ def main(argv: list[str] | None = None) -> int:
                              "the model's prediction (2 GPUs); accumulation: fp32 vs bf16 gradient accumulation and "
                              "reduction, 300 steps, then their speed on sockets (2 GPUs); lora: LoRA rank 16 against full fine-tuning, "
                              "Qwen2.5-1.5B and 7B shapes, at the h200 profile and the capped l4 profile (needs peft: "
-                             "installed, or its wheels in .whl/ from `make bench-wheels`)")
+                             "installed, or its wheels in .whl/ from `make bench-wheels`); fp8: bf16 against fp8 "
+                             "(tensorwise with float8 and bf16 all-gather, rowwise) beside the bf16 and an FP8 peer recipe; "
+                             "parity: bf16, bf16 again and fp8 for 300 steps on pattern data, with validation loss (both "
+                             "need torchao and liger-kernel: installed, or their wheels in .whl/)")
     parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
@@ -1159,7 +1346,8 @@ def unwritable_folder(out: Path) -> str | None:
 
 # The package a suite needs beyond the trainer's own (its import name), from .whl/ when missing.
 # (import name, whether the suite is refused without it): the full suite runs without its peer.
-SUITE_PACKAGES = {"lora": ("peft", True), "mfu": (PEER_MODULE, True), "full": (PEER_MODULE, False)}
+SUITE_PACKAGES = {"lora": ("peft", True), "mfu": (PEER_MODULE, True), "full": (PEER_MODULE, False),
+                  "fp8": ("torchao", True), "parity": ("torchao", True)}
 
 
 def wheel_site(out: Path, package: str) -> str | None:

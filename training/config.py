@@ -269,6 +269,10 @@ def validate(c: TrainConfig) -> TrainConfig:
     # LoRA's frozen base weights get no gradient and its adapters are small: float8 casts would cost more than they save.
     require(c.precision != "fp8" or c.lora_rank == 0,
             f"--precision: fp8 trains full weights; with --lora-rank {c.lora_rank} use --precision bf16")
+    gpu = INSTANCE_TYPES[c.instance_type].gpu if c.instance_type in INSTANCE_TYPES else None
+    require(c.precision != "fp8" or gpu is None or gpu.fp8_tflops > 0,
+            f"--precision: fp8 needs FP8 tensor cores, which --instance-type {c.instance_type}'s "
+            f"{gpu.name if gpu else ''} lacks; use --precision bf16")
     require(c.precision != "fp8" or c.gpu is not False,
             "--precision: fp8 needs a GPU with FP8 tensor cores; --no-gpu trains on the CPU: use --precision bf16")
     require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
