@@ -96,6 +96,10 @@ class TrainingSettings:
     reduce_dtype: str = field(default="bf16", metadata=_trainer())
     """Gradient reduction dtype: bf16 halves the bytes on the one EFA link (+52% tokens/s predicted on
     2 x g6.12xlarge; the loss curve kept fp32's in the 62-step comparison, docs/benchmarks.md), or fp32."""
+    precision: str = field(default="bf16", metadata=_trainer())
+    """Matmul precision of the decoder layers: bf16, or fp8 (torchao float8; needs FP8 tensor cores: g6, g6e, p5,
+    not g5 or p4d; full fine-tuning only). Off by default until its speed and loss parity are measured
+    (docs/benchmarks.md)."""
     reshard_after_forward: bool = field(default=True, metadata=_trainer())
     """False keeps each layer's weights gathered through a step's micro-batches: one all-gather per
     step instead of two per micro-batch over EFA, for about 9 GB more per GPU (fits L4s at 8 workers;

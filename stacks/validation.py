@@ -230,6 +230,10 @@ def _validate_training(s: Settings) -> None:
     _require(0 < t.pre_running_deadline_seconds < t.active_deadline_seconds,
              f"training.pre_running_deadline_seconds: {t.pre_running_deadline_seconds} must be positive and below "
              f"training.active_deadline_seconds ({t.active_deadline_seconds}), which KubeRay checks first and never retries")
+    gpu = INSTANCE_TYPES[s.gpu_instance_type].gpu
+    _require(t.precision != "fp8" or gpu.fp8_tflops > 0,
+             f"training.precision: fp8 needs FP8 tensor cores, which gpu_instance_type {s.gpu_instance_type}'s {gpu.name} "
+             "lacks; use training.precision bf16")
     _require(not s.image_pull_through_cache or t.image.startswith("public.ecr.aws/"),
              f"image_pull_through_cache: caches public.ecr.aws images only, training.image is {t.image!r}; "
              "set -c image_pull_through_cache=false")

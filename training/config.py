@@ -33,6 +33,8 @@ SELECTIVE_EVERY = 2
 # (planning.auto, at synth and in `python -m planning.train`); the trainer itself runs explicit values.
 AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
+# Matmul precision of the decoder layers (training.fp8): bf16, or float8 on GPUs with FP8 tensor cores.
+PRECISIONS = ("bf16", "fp8")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
 ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
@@ -124,6 +126,10 @@ class TrainConfig:
     full without it)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
+    precision: str = "bf16"
+    """Matmuls of the decoder layers: bf16, or fp8 (torchao float8, tensorwise scaling, weights all-gathered
+    in float8; the LM head and loss stay bf16). fp8 needs FP8 tensor cores (L4, L40S, H100, H200), full
+    fine-tuning and torchao (training.fp8; docs/benchmarks.md has its measured speed and loss)."""
     attention: str = "auto"
     """Attention kernel: sdpa (PyTorch's fused kernels; a document mask makes it use a slower masked
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
@@ -268,6 +274,12 @@ def validate(c: TrainConfig) -> TrainConfig:
     for option in ("predicted_step_seconds", "predicted_link_gbps"):
         value = getattr(c, option)
         require(value is None or 0 < value < float("inf"), f"{option_flag(option)}: {value} must be above 0")
+    require(c.precision in PRECISIONS, f"--precision: {c.precision!r} must be one of {', '.join(PRECISIONS)}")
+    # LoRA's frozen base weights get no gradient and its adapters are small: float8 casts would cost more than they save.
+    require(c.precision != "fp8" or c.lora_rank == 0,
+            f"--precision: fp8 trains full weights; with --lora-rank {c.lora_rank} use --precision bf16")
+    require(c.precision != "fp8" or c.gpu is not False,
+            "--precision: fp8 needs a GPU with FP8 tensor cores; --no-gpu trains on the CPU: use --precision bf16")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")

@@ -17,6 +17,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, TrainConfig
+from training.fp8 import check_fp8_device, convert_to_fp8
 from training.loss import linear_cross_entropy
 
 
@@ -342,6 +343,8 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
     """
     from transformers import AutoModelForCausalLM
 
+    if cfg.precision == "fp8":  # refused before any weights load
+        check_fp8_device(device)
     config = model_config(cfg)
     if rank != 0:
         full_state = {}
@@ -353,6 +356,8 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         if lora:
             add_lora(lm, lora)
         model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
+    if cfg.precision == "fp8":  # before recomputation wraps the layers, compilation traces them and FSDP2 shards them
+        convert_to_fp8(model)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile and device.type == "cuda":
         apply_compile(model)

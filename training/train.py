@@ -36,6 +36,7 @@ def train_func(config: dict) -> None:
 
     from training import checkpoint as ckpt
     from training import watchdog
+    from training.fp8 import after_optimizer_step
     from training.health import gate_for_run
     from training.model import build_model
     from training.records import RecordWriter
@@ -114,7 +115,8 @@ def train_func(config: dict) -> None:
             injected = maybe_inject_nan(cfg, step + 1, rank, model)
             try:
                 result = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain)
+                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain,
+                                    after_update=after_optimizer_step if cfg.precision == "fp8" else None)
             except NonFiniteStep as error:
                 # Stop here: no update was applied, and no checkpoint of this state is written.
                 raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
@@ -392,6 +394,9 @@ def fit(cfg: TrainConfig) -> dict:
         else:
             ray.init(address="auto", runtime_env=runtime_env(cfg))
     use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
+    if cfg.precision == "fp8" and not use_gpu:
+        raise ConfigError("--precision: fp8 needs a GPU with FP8 tensor cores; this Ray cluster has no GPU: "
+                          "use --precision bf16")
     datasets = real_datasets(cfg)
     from training import train as importable  # by reference: `python -m` makes this module __main__
 
@@ -471,7 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    summary = fit(cfg)
+    try:
+        summary = fit(cfg)
+    except ConfigError as error:  # what only the cluster can tell (auto's plan, its GPUs)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     brief = {k: v for k, v in summary.items() if k not in ("settings", "loss_history")}
     print("run summary: " + json.dumps(brief))
     return 0
