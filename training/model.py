@@ -17,6 +17,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, TrainConfig
+from training.fp8 import check_fp8_device, convert_to_fp8
 from training.loss import linear_cross_entropy
 
 
@@ -206,7 +207,7 @@ def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
     """Indices of the decoder layers that recompute their forward in backward. full: all; none: none;
     selective: every SELECTIVE_EVERY-th (the 2nd, 4th, ...), as torchtitan's layer-level selective AC counts
     at that frequency. Whole layers rather than chosen ops inside them: memory and recomputation then fall
-    halfway between none and full, layer for layer, which is what training.plan's memory and time model rest on."""
+    halfway between none and full, layer for layer, which is what planning.plan's memory and time model rest on."""
     if recomputation == "full":
         return list(range(layers))
     if recomputation == "selective":
@@ -214,7 +215,7 @@ def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
     if recomputation == "none":
         return []
     raise ValueError(f"activation checkpointing {recomputation!r}: none, selective or full (auto is resolved before the "
-                     "model is built, training.config.resolve_auto)")
+                     "model is built: planning.auto resolves it before the trainer starts)")
 
 
 def apply_activation_checkpointing(model: CausalLMWithLoss, recomputation: str) -> None:
@@ -342,6 +343,8 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
     """
     from transformers import AutoModelForCausalLM
 
+    if cfg.precision == "fp8":  # refused before any weights load
+        check_fp8_device(device)
     config = model_config(cfg)
     if rank != 0:
         full_state = {}
@@ -353,6 +356,8 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
         if lora:
             add_lora(lm, lora)
         model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
+    if cfg.precision == "fp8":  # before recomputation wraps the layers, compilation traces them and FSDP2 shards them
+        convert_to_fp8(model)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile and device.type == "cuda":
         apply_compile(model)

@@ -14,10 +14,14 @@ def _filesystem(uri: str):
 
 
 def write_text(uri: str, text: str) -> None:
+    write_bytes(uri, text.encode())
+
+
+def write_bytes(uri: str, data: bytes) -> None:
     fs, path = _filesystem(uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as stream:
-        stream.write(text.encode())
+        stream.write(data)
 
 
 def read_text(uri: str) -> str:
@@ -163,3 +167,8 @@ def exists(uri: str) -> bool:
 
     fs, path = _filesystem(uri)
     return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+
+
+def storage_uri(path: str) -> str:
+    """A run's storage path as Ray Train takes it: a URI as given, a local path made absolute."""
+    return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())

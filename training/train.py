@@ -18,8 +18,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args, resolve_auto
+from training.config import AUTO, SYNTHETIC_DATA, ConfigError, TrainConfig, option_flag, parse_args
+from training.inputs import check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
+from training.storage import storage_uri
 
 NCCL_LOG_ROOT = "/tmp/nccl-logs"
 
@@ -33,6 +35,9 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from training import checkpoint as ckpt
+    from training import watchdog
+    from training.fp8 import after_optimizer_step
+    from training.health import gate_for_run
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
@@ -46,7 +51,14 @@ def train_func(config: dict) -> None:
         torch.cuda.set_device(device)
     # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
     first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa and device.type == "cuda")
+    attempt = rank0_choice(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), rank)
+    hang_watchdog = watchdog.for_run(run_uri(cfg), attempt, rank, cfg.predicted_step_seconds)
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
+    try:
+        health_figures = gate_for_run(cfg, rank, device, lambda message: log(rank, message))
+    except BaseException:
+        hang_watchdog.stop()  # a failed gate ends the attempt itself: nothing left to watch
+        raise
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
     from training.storage import latest_checkpoint
@@ -65,7 +77,7 @@ def train_func(config: dict) -> None:
 
     resumed_from = step
     counts = DataCounts()
-    batches = counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))
+    batches = hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position)))
     validation = validation_batches(cfg, model.config.vocab_size, rank, world, device)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
@@ -79,7 +91,7 @@ def train_func(config: dict) -> None:
 
         metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
                    "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
-                   "data_counts": dict(counts.total),
+                   "data_counts": dict(counts.total), "health": health_figures,
                    **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
                          checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
@@ -96,11 +108,13 @@ def train_func(config: dict) -> None:
     try:
         while step < cfg.steps:
             maybe_inject_failure(cfg, step + 1, rank, world)
+            watchdog.maybe_hang(step + 1, rank, world, run_uri(cfg))
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
             injected = maybe_inject_nan(cfg, step + 1, rank, model)
             try:
                 result = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain)
+                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain,
+                                    after_update=after_optimizer_step if cfg.precision == "fp8" else None)
             except NonFiniteStep as error:
                 # Stop here: no update was applied, and no checkpoint of this state is written.
                 raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
@@ -109,6 +123,7 @@ def train_func(config: dict) -> None:
                 if injected:
                     injected.remove()
             step += 1
+            hang_watchdog.step_done(step)
             position += global_batch_rows(cfg)
             counts.add(result.sums)
             checkpoints.poll()
@@ -121,7 +136,8 @@ def train_func(config: dict) -> None:
                     last.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
                     last.truncated, last.unlearned, last.empty_blocks = data["truncated"], data["unlearned"], data["empty_blocks"]
                 if evaluating:
-                    last.val_loss, _ = evaluate(model, validation, device)
+                    with hang_watchdog.long_phase("evaluation"):
+                        last.val_loss, _ = evaluate(model, validation, device)
                     last.val_ppl = math.exp(min(last.val_loss, 700.0))
                     throughput.reset(step)  # keep evaluation out of the next step's throughput
                 log(rank, last.line())
@@ -129,9 +145,11 @@ def train_func(config: dict) -> None:
                 if metrics_log:
                     metrics_log.add(last.fields())
             if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
+                with hang_watchdog.long_phase("checkpoint"):
+                    checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
                 throughput.reset(step)  # keep checkpoint time out of the next step's throughput
     finally:  # a run stopped by an error keeps its records up to the last good step
+        hang_watchdog.stop()
         if metrics_log:
             metrics_log.close()
     if cfg.export_hf:
@@ -286,41 +304,29 @@ def check_transport(cfg: TrainConfig, rank: int) -> str:
 
 
 def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int):
-    """The device mesh of the run's sharding layout, from where Ray placed the workers (training.plan)."""
+    """The device mesh of the run's sharding layout, from where Ray placed the workers."""
     import ray
 
     from training.model import device_mesh
 
     node_of_rank: list = [None] * world
     dist.all_gather_object(node_of_rank, ray.get_runtime_context().get_node_id())
-    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank, device)
+    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank)
     log(rank, f"sharding: {sharding} over {nodes} node(s) x {per_node} worker(s) ({why})")
     return device_mesh(device, sharding, nodes, per_node), sharding
 
 
-def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) -> tuple[str, int, int, str]:
-    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any
-    placement; only hybrid needs every node to hold the same number of consecutive ranks."""
-    from training.hardware import gpu_for_device_name
-    from training.model import model_config
-    from training.plan import LayoutError, Workload, node_layout, resolve_sharding, shape_of
+def choose_layout(cfg: TrainConfig, node_of_rank: list) -> tuple[str, int, int, str]:
+    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any placement; only
+    hybrid needs every node to hold the same number of consecutive ranks. auto reaches the trainer only on one
+    machine (--local; elsewhere the planner resolves it first), where a hybrid mesh would be the same as full."""
+    from training.layout import node_layout
 
     world = len(node_of_rank)
-    if cfg.sharding == "full":
-        return "full", 1, world, "as set"
-    try:
-        nodes, per_node = node_layout(node_of_rank)
-    except LayoutError as error:
-        if cfg.sharding == "hybrid":
-            raise
-        return "full", 1, world, f"the placement cannot carry hybrid: {error}"
-    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
-                    activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                    steps=cfg.steps)
-    gpu = gpu_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-    sharding, why = resolve_sharding(cfg.sharding, shape_of(model_config(cfg)), work, nodes, per_node, gpu,
-                                     cfg.instance_type, not cfg.reshard_after_forward, cfg.reduce_dtype)
-    return sharding, nodes, per_node, why
+    if cfg.sharding != "hybrid":
+        return "full", 1, world, "as set" if cfg.sharding == "full" else "one machine"
+    nodes, per_node = node_layout(node_of_rank)
+    return "hybrid", nodes, per_node, "as set"
 
 
 def nccl_log_dir(cfg: TrainConfig) -> Path:
@@ -351,10 +357,6 @@ def run_uri(cfg: TrainConfig) -> str:
     return f"{storage_uri(cfg.storage_path)}/{cfg.run_name}"
 
 
-def storage_uri(path: str) -> str:
-    return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())
-
-
 def runtime_env(cfg: TrainConfig) -> dict:
     """The job's Ray runtime environment: every worker process on every node starts with it."""
     return {"env_vars": worker_env(cfg), "worker_process_setup_hook": prepare_worker_process}
@@ -368,7 +370,10 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     """
     trainer_root = str(Path(__file__).resolve().parent.parent)
     paths = [trainer_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != trainer_root]
-    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
+    from training import watchdog
+
+    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths), **watchdog.WORKER_ENV}
+    env |= {name: os.environ[name] for name in (watchdog.HANG_AT_STEP_ENV, watchdog.FLOOR_ENV) if name in os.environ}
     if cfg.require_efa:
         env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{nccl_log_dir(cfg)}/%h.%p.log"}
     return env
@@ -394,14 +399,16 @@ def refuse_changed_resume(cfg: TrainConfig) -> None:
                           "optimisation: give a new --run-name, or the checkpoint's values")
 
 
-def apply_auto(cfg: TrainConfig) -> TrainConfig:
-    """The run's options with auto micro-batch and recomputation picked (training.config.resolve_auto), once, here in
-    the driver, for every worker; the pick and why are printed. Each worker's --sharding auto (choose_layout) then
-    lands on the pick's layout: the fastest that fits for the picked shape."""
-    cfg, picked = resolve_auto(cfg)
-    if picked:
-        print(picked, flush=True)
-    return cfg
+def refuse_planner_autos(cfg: TrainConfig) -> None:
+    """auto that only the planner resolves is refused before anything starts, in one line naming the CLI that
+    resolves it; --sharding auto on one machine (--local) is full and needs no planner."""
+    planner_only = [n for n in ("micro_batch", "activation_checkpointing") if getattr(cfg, n) == AUTO]
+    if cfg.sharding == AUTO and not cfg.local:
+        planner_only.append("sharding")
+    if planner_only:
+        flags = " and ".join(option_flag(n) for n in planner_only)
+        raise ConfigError(f"{option_flag(planner_only[0])}: auto needs the planner: run python -m planning.train with "
+                          f"the same options, or set {flags}")
 
 
 def fit(cfg: TrainConfig) -> dict:
@@ -410,13 +417,15 @@ def fit(cfg: TrainConfig) -> dict:
     from ray.train.torch import TorchTrainer
 
     started = time.time()
-    cfg = apply_auto(cfg)
     if not ray.is_initialized():
         if cfg.local:
             ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env=runtime_env(cfg), logging_level="ERROR")
         else:
             ray.init(address="auto", runtime_env=runtime_env(cfg))
     use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
+    if cfg.precision == "fp8" and not use_gpu:
+        raise ConfigError("--precision: fp8 needs a GPU with FP8 tensor cores; this Ray cluster has no GPU: "
+                          "use --precision bf16")
     datasets = real_datasets(cfg)
     from training import train as importable  # by reference: `python -m` makes this module __main__
 
@@ -453,6 +462,7 @@ def fit(cfg: TrainConfig) -> dict:
         "checkpoint_stalls_s": metrics.get("checkpoint_stalls_s"),
         "data_counts": metrics.get("data_counts"),
         "transport": metrics.get("transport"),
+        "health": metrics.get("health"),
         "sharding": metrics.get("sharding"),
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "loss_history": [{k: r.get(k) for k in ("step", "loss", "val_loss", "lr", "grad_norm")} for r in records],
@@ -490,12 +500,17 @@ def real_datasets(cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
-        refuse_changed_resume(cfg)  # first: it reads one small file, where check_inputs may load the model's code
+        refuse_planner_autos(cfg)
+        refuse_changed_resume(cfg)  # before check_inputs: it reads one small file, where check_inputs may load the model's code
         check_inputs(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    summary = fit(cfg)
+    try:
+        summary = fit(cfg)
+    except ConfigError as error:  # what only the cluster can tell (auto's plan, its GPUs)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     brief = {k: v for k, v in summary.items() if k not in ("settings", "loss_history")}
     print("run summary: " + json.dumps(brief))
     return 0
