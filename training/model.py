@@ -20,7 +20,7 @@ from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, Co
 from training.loss import LogitHead, linear_cross_entropy
 
 # The decoder-only families (config.json's model_type) whose loss the fused head is checked against
-# transformers' own forward(labels=...) (tests/test_model_families.py). Each one's head: hidden @ W, and
+# transformers' own forward(labels=...) (tests/training/test_model_families.py). Each one's head: hidden @ W, and
 # then what transformers 5.23's *ForCausalLM.forward does to the logits (a bias is read from lm_head).
 LOGIT_HEADS = {
     "qwen2": lambda c: LogitHead(), "qwen3": lambda c: LogitHead(), "llama": lambda c: LogitHead(),
@@ -252,7 +252,7 @@ def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
     """Indices of the decoder layers that recompute their forward in backward. full: all; none: none;
     selective: every SELECTIVE_EVERY-th (the 2nd, 4th, ...), as torchtitan's layer-level selective AC counts
     at that frequency. Whole layers rather than chosen ops inside them: memory and recomputation then fall
-    halfway between none and full, layer for layer, which is what training.plan's memory and time model rest on."""
+    halfway between none and full, layer for layer, which is what planning.plan's memory and time model rest on."""
     if recomputation == "full":
         return list(range(layers))
     if recomputation == "selective":
