@@ -219,3 +219,12 @@ def test_a_transformed_head_under_no_grad_gives_the_same_loss():
     graded = linear_cross_entropy(hidden, weight, labels, 5, head=head)
     with torch.no_grad():
         torch.testing.assert_close(linear_cross_entropy(hidden, weight, labels, 5, head=head), graded.detach())
+
+
+def test_a_plain_head_runs_the_plain_kernel_alone():
+    """Qwen2 and the other plain heads pay nothing for the head variants: their chunks go straight to
+    softmax_xent_and_grad, with no scaling, capping or extra fp32 pass over the logits."""
+    from training.loss import _xent_kernel
+
+    assert _xent_kernel(torch.device("cpu"), LogitHead()) is softmax_xent_and_grad
+    assert _xent_kernel(torch.device("cpu"), LogitHead(multiplier=2.0)) is not softmax_xent_and_grad
