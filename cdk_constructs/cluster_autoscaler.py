@@ -142,6 +142,14 @@ def autoscaler_values(cluster_name: str, region: str, scale_down_delay_minutes: 
     }
 
 
+def _bare_nodegroup_name(nodegroup: eks.Nodegroup) -> str:
+    """The name EKS tags the group's ASG with (eks:nodegroup-name). `nodegroup_name` is the resource's
+    Ref, which CloudFormation resolves to `<cluster>/<nodegroup>` for AWS::EKS::Nodegroup (aws-cdk issue
+    22442; fixed only behind the feature flag @aws-cdk/aws-eks:nodegroupNameAttribute): a tag condition
+    on it never matches and every scale-up is denied. GetAtt NodegroupName is the bare name."""
+    return nodegroup.node.default_child.attr_nodegroup_name
+
+
 @dataclass(frozen=True)
 class ClusterAutoscalerProps:
     cluster: eks.Cluster
@@ -185,7 +193,7 @@ class ClusterAutoscaler(Construct):
         self.role.add_to_principal_policy(iam.PolicyStatement(
             actions=list(WRITE_ACTIONS), resources=["*"],
             conditions={"StringEquals": {"aws:ResourceTag/eks:cluster-name": props.cluster_name,
-                                         "aws:ResourceTag/eks:nodegroup-name": props.gpu_nodegroup.nodegroup_name}}))
+                                         "aws:ResourceTag/eks:nodegroup-name": _bare_nodegroup_name(props.gpu_nodegroup)}}))
         NagSuppressions.add_resource_suppressions(self.role, [NagPackSuppression(
             id="AwsSolutions-IAM5",
             reason="Auto Scaling and EC2 describe calls have no resource-level permissions; the two writes are "

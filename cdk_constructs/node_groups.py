@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,12 +22,50 @@ ACCELERATOR_LABEL = "k8s.amazonaws.com/accelerator"
 AUTOSCALER_RESOURCE_TAG = "k8s.io/cluster-autoscaler/node-template/resources/"
 SYSTEM_NODE_LABELS = {"role": "system"}
 
+# EFA registers memory with the device and needs an unlimited memlock rlimit, which a container inherits
+# from containerd; the AL2023 AMIs leave containerd at 8 MiB (README, "Shared knowledge: memlock").
+MEMLOCK_DROP_IN = "/etc/systemd/system/containerd.service.d/90-memlock.conf"
+_USER_DATA_BOUNDARY = "==EKS-FSDP-EFA=="
+
+
+def memlock_user_data() -> str:
+    """The GPU nodes' user data: a drop-in giving containerd LimitMEMLOCK=infinity.
+
+    MIME multipart, which EKS requires of a managed node group's launch template user data (it adds its
+    own nodeadm part). A shell part runs in cloud-final.service, and amazon-eks-ami's
+    templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service orders nodeadm
+    `After=nodeadm-config.service cloud-final.service`: nodeadm starts containerd and the kubelet
+    (nodeadm/internal/containerd/daemon.go EnsureRunning) once the drop-in is there. try-restart applies it
+    to a containerd that an earlier unit already started, and starts none that is not running.
+    """
+    script = "\n".join([
+        "#!/bin/bash",
+        "set -euo pipefail",
+        f"mkdir -p {MEMLOCK_DROP_IN.rsplit('/', 1)[0]}",
+        f"printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {MEMLOCK_DROP_IN}",
+        "systemctl daemon-reload",
+        "systemctl try-restart containerd",
+    ])
+    return "\n".join([
+        "MIME-Version: 1.0",
+        f'Content-Type: multipart/mixed; boundary="{_USER_DATA_BOUNDARY}"',
+        "",
+        f"--{_USER_DATA_BOUNDARY}",
+        'Content-Type: text/x-shellscript; charset="us-ascii"',
+        "",
+        script,
+        "",
+        f"--{_USER_DATA_BOUNDARY}--",
+        "",
+    ])
+
 
 def launch_template_data(
     disk_gib: int,
     network_interfaces: list[dict] | None = None,
     placement_group_name: str | None = None,
     capacity_reservation_id: str | None = None,
+    user_data: str | None = None,
 ) -> dict:
     """Launch-template data shared by both node groups.
 
@@ -48,6 +87,8 @@ def launch_template_data(
         data["NetworkInterfaces"] = network_interfaces
     if placement_group_name:
         data["Placement"] = {"GroupName": placement_group_name}
+    if user_data:
+        data["UserData"] = base64.b64encode(user_data.encode()).decode()
     if capacity_reservation_id:
         data["CapacityReservationSpecification"] = {
             "CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}
@@ -164,6 +205,7 @@ class GpuNodeGroup(Construct):
                 network_interfaces=interfaces,
                 placement_group_name=self.placement_group.ref if self.placement_group else None,
                 capacity_reservation_id=props.capacity_reservation_id,
+                user_data=memlock_user_data(),
             ),
         )
         self.role = node_role(self)

@@ -14,6 +14,8 @@ no two jobs share an object.
 from __future__ import annotations
 
 import ast
+import base64
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -21,13 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdk_constructs.device_plugins import GPU_NODE_SELECTOR, gpu_tolerations
+from cdk_constructs.errors import ConstructError
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
+from cdk_constructs.trainer_archive import ARCHIVE_KEY, ANNOTATIONS_BUDGET_BYTES, check_configmap_fits, trainer_archive
 
 TRAINER_PACKAGE = "training"
 TRAINER_ENTRY = "train.py"
 TRAINER_MOUNT = "/opt/trainer"
+# The pods import the trainer from the archive (zipimport): it is their PYTHONPATH.
+TRAINER_ARCHIVE_PATH = f"{TRAINER_MOUNT}/{ARCHIVE_KEY}"
 MODEL_CACHE_MOUNT = "/mnt/model-cache"
-CONFIGMAP_LIMIT_BYTES = 1024 * 1024
 DIGEST_CHARS = 10
 
 
@@ -85,20 +90,16 @@ def content_hash(files: dict[str, str]) -> str:
     return digest(files)
 
 
-def configmap_key(path: str) -> str:
-    # ConfigMap keys may not hold '/'; the volume's items[].path restores the folders.
-    return path.replace("/", "__")
-
-
-def trainer_configmap(name: str, namespace: str, files: dict[str, str]) -> dict:
+def trainer_configmap(name: str, namespace: str, files: dict[str, str], budget: int = ANNOTATIONS_BUDGET_BYTES) -> dict:
+    """The trainer files as one zip archive (binaryData), refused at synth if the API server would refuse
+    it under `kubectl apply` or if it comes near that limit (trainer_archive.check_configmap_fits)."""
+    archive = trainer_archive(files)
     manifest = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "annotations": {"eks-fsdp-efa/trainer-hash": content_hash(files)}},
-        "data": {configmap_key(path): text for path, text in files.items()},
+        "binaryData": {ARCHIVE_KEY: base64.b64encode(archive).decode()},
     }
-    size = sum(len(k) + len(v.encode()) for k, v in manifest["data"].items())
-    if size > CONFIGMAP_LIMIT_BYTES:
-        raise ValueError(f"trainer ConfigMap: {size} bytes exceeds Kubernetes' 1 MiB limit")
+    check_configmap_fits(manifest, archive, budget)
     return manifest
 
 
@@ -144,6 +145,13 @@ class RayClusterSpec:
     hf_token_secret: str | None = None
     """A Secret (key `token`) whose value becomes HF_TOKEN, by reference: never a plain value."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    pulled_image: str | None = None
+    """Where the pods pull `image` from when not from its own registry (a pull-through cache; its URI holds
+    the account, a deploy-time value, so the job's name is digested with a stand-in)."""
+
+    @property
+    def image_uri(self) -> str:
+        return self.pulled_image or self.image
 
     @property
     def trainer_hash(self) -> str:
@@ -152,7 +160,7 @@ class RayClusterSpec:
 
 def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
     env = {
-        "PYTHONPATH": TRAINER_MOUNT,
+        "PYTHONPATH": TRAINER_ARCHIVE_PATH,
         "HF_HOME": MODEL_CACHE_MOUNT,
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -174,9 +182,7 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
 
 def _volumes(spec: RayClusterSpec, worker: bool, configmap_name: str) -> list[dict]:
     volumes = [
-        {"name": "trainer",
-         "configMap": {"name": configmap_name,
-                       "items": [{"key": configmap_key(p), "path": p} for p in spec.trainer_files]}},
+        {"name": "trainer", "configMap": {"name": configmap_name, "items": [{"key": ARCHIVE_KEY, "path": ARCHIVE_KEY}]}},
         # Ray's object store is shared memory; the container runtime's default /dev/shm is 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib if worker else spec.head_shm_gib}Gi"}},
     ]
@@ -187,19 +193,21 @@ def _volumes(spec: RayClusterSpec, worker: bool, configmap_name: str) -> list[di
 
 
 def _mounts(worker: bool) -> list[dict]:
-    mounts = [{"name": "trainer", "mountPath": TRAINER_MOUNT, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    # By subPath: the archive alone at its path, without the ConfigMap volume's symlinked folders.
+    mounts = [{"name": "trainer", "mountPath": TRAINER_ARCHIVE_PATH, "subPath": ARCHIVE_KEY, "readOnly": True},
+              {"name": "dshm", "mountPath": "/dev/shm"}]
     return mounts + ([{"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT}] if worker else [])
 
 
 # Nothing in Ray, NCCL or EFA needs a capability or privilege escalation (EFA's memory registration
-# needs an unlimited memlock rlimit, which containers inherit from the node's containerd).
+# needs an unlimited memlock rlimit, which containers inherit from the node's containerd: node_groups.memlock_user_data).
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -> dict:
     return {
-        "name": name, "image": spec.image,
+        "name": name, "image": spec.image_uri,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "env": _env(spec, worker),
         "volumeMounts": _mounts(worker),
@@ -281,7 +289,7 @@ def submitter_pod_template(spec: RayClusterSpec) -> dict:
         "securityContext": dict(POD_SECURITY),
         "nodeSelector": dict(SYSTEM_NODE_LABELS),
         "containers": [{
-            "name": SUBMITTER_CONTAINER, "image": spec.image,
+            "name": SUBMITTER_CONTAINER, "image": spec.image_uri,
             "resources": {k: dict(v) for k, v in SUBMITTER_RESOURCES.items()},
             # The image's NVIDIA runtime hook fails on the CPU node unless told there is no GPU.
             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}],
@@ -306,6 +314,7 @@ def train_entrypoint(args: dict[str, object]) -> str:
 # Stands in for the deploy-time storage path and the ConfigMap's name while the job's name is digested.
 _NAMING_STORAGE = "s3://<bucket>/runs"
 _NAMING_CONFIGMAP = "<job>-trainer"
+_NAMING_REGISTRY = "<cache>"
 
 
 @dataclass(frozen=True)
@@ -320,12 +329,26 @@ class RayJobSpec:
     """A new number is a new run of the same settings, from the start (a new run folder)."""
     cache_dir: str = MODEL_CACHE_MOUNT
     active_deadline_seconds: int = 4 * 3600
+    pre_running_deadline_seconds: int = 1200
+    """KubeRay fails an attempt whose Ray cluster is not running this long after it started
+    (PreRunningDeadlineExceeded, retried under backoff_limit): a GPU node that launched while its partner
+    was refused capacity bills this long per attempt, not until the active deadline."""
     backoff_limit: int = 1
     """Retries of the whole job, each on a fresh RayCluster (rayjob_controller.go checkBackoffLimitAndUpdateStatusIfNeeded)."""
     submitter_backoff_limit: int = 2
     """Retries of the submitter pod that runs `ray job submit` (createNewK8sJob)."""
     ttl_seconds_after_finished: int = 300
     """How long the finished job's RayCluster (and GPU nodes) stay, so that logs can be read."""
+
+    def __post_init__(self) -> None:
+        # rayjob_controller.go (KubeRay v1.7.0) checks activeDeadlineSeconds before preRunningDeadlineSeconds
+        # on every reconcile of an initializing job, and never retries DeadlineExceeded
+        # (checkBackoffLimitAndUpdateStatusIfNeeded): a pre-running deadline not below it would never fire.
+        if not 0 < self.pre_running_deadline_seconds < self.active_deadline_seconds:
+            raise ConstructError(
+                f"RayJob: preRunningDeadlineSeconds {self.pre_running_deadline_seconds} must be positive and below "
+                f"activeDeadlineSeconds {self.active_deadline_seconds} (KubeRay checks the active deadline first "
+                "and never retries it)")
 
     @property
     def trainer_hash(self) -> str:
@@ -341,7 +364,9 @@ class RayJobSpec:
     @property
     def name(self) -> str:
         """The job: its run and a digest of everything it holds, so any change is a new RayJob."""
-        return f"{self.run_name}-{digest(_job_spec(self, _NAMING_STORAGE, _NAMING_CONFIGMAP))}"
+        pulled = f"{_NAMING_REGISTRY}/{self.cluster.image}" if self.cluster.pulled_image else None
+        named = dataclasses.replace(self, cluster=dataclasses.replace(self.cluster, pulled_image=pulled))
+        return f"{self.run_name}-{digest(_job_spec(named, _NAMING_STORAGE, _NAMING_CONFIGMAP))}"
 
     @property
     def configmap_name(self) -> str:
@@ -362,6 +387,8 @@ def _job_spec(job: RayJobSpec, storage_path: str, configmap_name: str) -> dict:
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": job.ttl_seconds_after_finished,
         "activeDeadlineSeconds": job.active_deadline_seconds,
+        # Counted from each attempt's start (initRayJobStatusIfNeed resets StartTime), until the job runs.
+        "preRunningDeadlineSeconds": job.pre_running_deadline_seconds,
         # Allowed now that the job owns its cluster (validation.go ValidateRayJobSpec refuses it only with a
         # clusterSelector): a failed job is retried on a new RayCluster, resuming from the run's checkpoints.
         "backoffLimit": job.backoff_limit,

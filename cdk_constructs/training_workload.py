@@ -87,6 +87,7 @@ class TrainingWorkloadProps:
     rerun: int = 0
     """Part of the run's and the job's names: a new number trains the same settings again, from the start."""
     active_deadline_seconds: int = 4 * 3600
+    pre_running_deadline_seconds: int = 1200
     backoff_limit: int = 1
     submitter_backoff_limit: int = 2
     ttl_seconds_after_finished: int = 300
@@ -96,6 +97,8 @@ class TrainingWorkloadProps:
     """Gates the operator runs with beyond its defaults (our chart values set none)."""
     trainer_package: Path | None = None
     """The trainer package to ship (default: this repository's training/)."""
+    pulled_image: str | None = None
+    """Where the pods pull `image` from, when through a pull-through cache (cdk_constructs/image_cache.py)."""
 
 
 class TrainingWorkload(Construct):
@@ -130,11 +133,13 @@ class TrainingWorkload(Construct):
             efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
             memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
             ray_version=props.ray_version, region=props.region, hf_token_secret=props.hf_token_secret,
+            pulled_image=props.pulled_image,
         )
         self.job_spec = rm.RayJobSpec(
             namespace=props.namespace, cluster=pods, trainer_options=dict(props.trainer_options),
             storage_path=f"s3://{self.bucket.bucket_name}/runs", rerun=props.rerun,
-            active_deadline_seconds=props.active_deadline_seconds, backoff_limit=props.backoff_limit,
+            active_deadline_seconds=props.active_deadline_seconds,
+            pre_running_deadline_seconds=props.pre_running_deadline_seconds, backoff_limit=props.backoff_limit,
             submitter_backoff_limit=props.submitter_backoff_limit,
             ttl_seconds_after_finished=props.ttl_seconds_after_finished,
         )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from aws_cdk import Annotations, CfnOutput, Environment, Stack, Tags
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from cdk_constructs.cluster import EksCluster, EksClusterProps
 from cdk_constructs.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerProps
 from cdk_constructs.device_plugins import DevicePlugins, DevicePluginsProps
+from cdk_constructs.image_cache import ImagePullThroughCache, ImagePullThroughCacheProps
 from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
 from cdk_constructs.kuberay import KubeRayOperator, KubeRayOperatorProps
 from cdk_constructs.log_groups import RETENTION_DAYS, LambdaLogGroups, logs_encryption_key
@@ -35,6 +37,7 @@ class EfaTrainingStack(Stack):
         self._add_cluster()
         self._add_node_groups()
         self._add_cluster_software()
+        self._add_image_cache()
         self._add_training()
         self._add_autoscaler()
         self._add_observability()
@@ -99,6 +102,17 @@ class EfaTrainingStack(Stack):
         self.kuberay = KubeRayOperator(
             self, "KubeRay", KubeRayOperatorProps(cluster=self.cluster, requires=(self.system_nodes.nodegroup,)))
 
+    def _add_image_cache(self) -> None:
+        s = self.settings
+        self.image_cache = None
+        if not s.image_pull_through_cache:
+            return
+        # Endpoints in the GPU AZ only: they bill per AZ, and the system nodes reach them across AZs.
+        self.image_cache = ImagePullThroughCache(self, "ImageCache", ImagePullThroughCacheProps(
+            vpc=self.network.vpc,
+            subnets=ec2.SubnetSelection(subnets=[self.network.private_subnet_in(s.gpu_availability_zone)]),
+            pullers=(self.system_nodes.role, self.gpu_nodes.role), vpc_cidr=s.vpc_cidr))
+
     def _add_training(self) -> None:
         s, t = self.settings, self.settings.training
         for key, text in reproducibility_warnings(s):
@@ -116,7 +130,10 @@ class EfaTrainingStack(Stack):
                 submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished,
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,
                 kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,
-                hf_token_secret=t.hf_token_secret))
+                hf_token_secret=t.hf_token_secret, pre_running_deadline_seconds=t.pre_running_deadline_seconds,
+                pulled_image=self.image_cache.image(t.image) if self.image_cache else None))
+        if self.image_cache:
+            self.training.ray_job.node.add_dependency(self.image_cache)
 
     def _add_autoscaler(self) -> None:
         s = self.settings
@@ -135,6 +152,9 @@ class EfaTrainingStack(Stack):
         self.observability = Observability(self, "Observability", ObservabilityProps(
             cluster=self.cluster, cluster_name=self.settings.eks_cluster_name, retention=self.log_retention,
             encryption_key=self.logs_key, requires=(self.system_nodes.nodegroup,)))
+        # Fluent Bit starts reading at the end of existing logs (READ_FROM_HEAD Off): a pod that started
+        # before it would lose its first lines, so the job waits for the add-on.
+        self.training.ray_job.node.add_dependency(self.observability.addon)
 
     def _add_outputs(self) -> None:
         w = self.training

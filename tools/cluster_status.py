@@ -28,7 +28,10 @@ FAILURE_HINTS = {
     "SubmissionFailed": "the submitter pod could not submit the job (kubectl logs job/<name>)",
     "AppFailed": "the trainer exited with an error (its log lines are above)",
     "ValidationFailed": "KubeRay rejected the RayJob spec (its message names the rule; cdk synth checks these rules)",
-    "PreRunningDeadlineExceeded": "the job did not start running within preRunningDeadlineSeconds",
+    "PreRunningDeadlineExceeded": (
+        "the Ray cluster was not running within training.pre_running_deadline_seconds of the attempt's start: "
+        "most often one GPU node launched and its partner was refused capacity (the scale-up lines above say why); "
+        "KubeRay retries on a fresh cluster while training.backoff_limit allows, else the nodes scale down"),
     "JobDeploymentStatusTransitionGracePeriodExceeded": "the Ray job ended but KubeRay could not finish the RayJob",
 }
 

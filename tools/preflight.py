@@ -179,6 +179,38 @@ def check_capacity_reservation(ec2, s: Settings) -> list[Check]:
     return checks
 
 
+def stack_log_group_names(cluster_name: str) -> list[str]:
+    """The log groups the stack creates under fixed names: EKS's control-plane group and the
+    observability add-on's (the cluster takes the stack's name)."""
+    from cdk_constructs.observability import log_group_names
+
+    return [f"/aws/eks/{cluster_name}/cluster", *log_group_names(cluster_name)]
+
+
+def check_leftover_log_groups(logs, cloudformation, s: Settings) -> Check:
+    """A log group of a fixed name that outlived its stack makes CloudFormation's create of it fail
+    (AlreadyExists) and roll back the first deploy; one left by a destroyed stack's Fluent Bit may even
+    lack the retention and key. The stack's own groups, while it exists, are no leftover."""
+    from botocore.exceptions import ClientError
+
+    try:
+        stacks = cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"]
+        if any(stack["StackStatus"] != "DELETE_COMPLETE" for stack in stacks):
+            return Check("leftover log groups", PASS, f"stack {s.stack_name} exists: its log groups are its own")
+    except ClientError as error:
+        if "does not exist" not in str(error):
+            raise
+    names = stack_log_group_names(s.eks_cluster_name)
+    found = [g["logGroupName"] for name in names
+             for g in logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"] if g["logGroupName"] == name]
+    if not found:
+        return Check("leftover log groups", PASS, f"none of the stack's {len(names)} log groups exists yet")
+    commands = "; ".join(f"aws logs delete-log-group --log-group-name {name} --region {s.region}" for name in found)
+    return Check("leftover log groups", FAIL,
+                 f"{', '.join(found)} left by an earlier stack {s.stack_name}: the deploy would fail creating it",
+                 f"read what you need from it, then {commands}")
+
+
 # ---------------------------------------------------------------- running and reporting
 
 
@@ -199,6 +231,8 @@ def run_checks(session, s: Settings) -> list[Check]:
         *_guarded("vCPU quota (system nodes)", lambda: check_vcpu_quota(
             quotas, ec2, s.system_instance_type, s.system_node_count, s.region, "system nodes")),
         *_guarded("capacity reservation", lambda: check_capacity_reservation(ec2, s)),
+        *_guarded("leftover log groups", lambda: check_leftover_log_groups(
+            session.client("logs", region_name=s.region), session.client("cloudformation", region_name=s.region), s)),
     ]
 
 
@@ -212,7 +246,8 @@ def _guarded(name: str, check) -> list[Check]:
         code = getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
         operation = getattr(error, "operation_name", "an AWS call")
         return [Check(name, FAIL, f"could not check: {operation} failed with {code}",
-                      "grant the caller read access to EC2, EKS and Service Quotas (e.g. ReadOnlyAccess)")]
+                      "grant the caller read access to EC2, EKS, Service Quotas, CloudFormation and CloudWatch Logs "
+                      "(e.g. ReadOnlyAccess)")]
     return result if isinstance(result, list) else [result]
 
 

@@ -54,6 +54,12 @@ docs/ray-train/index.md) describes it as the PyTorch training image (EFA, NCCL, 
 Engine, DeepSpeed) plus Ray. The registry's manifest (the sum of its layer sizes) gives the true figure."""
 IMAGE_PULL_MIB_S = 150
 """containerd's pull and unpack rate through the NAT gateway, assumed."""
+NAT_GATEWAY_USD_PER_GB = 0.045
+"""NAT gateway data processing in us-east-2 (Amazon VPC pricing, "NAT gateway pricing"; the same as its hourly
+rate): every GPU node that starts pulls the whole image from ECR Public through it."""
+GB_PER_GIB = 2**30 / 1e9
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+"""An interface VPC endpoint, per AZ it is in, per hour (AWS PrivateLink pricing, us-east-2)."""
 
 
 def _manifests(template: dict, kind: str) -> list[dict]:
@@ -139,9 +145,40 @@ def _scale_down_s(template: dict) -> float | None:
     return None
 
 
+def _gpu_nodes_per_job(template: dict) -> int:
+    """The GPU nodes a job starts: the GPU group's maximum."""
+    groups = [r["Properties"] for r in template.get("Resources", {}).values() if r["Type"] == "AWS::EKS::Nodegroup"]
+    return max((g["ScalingConfig"]["MaxSize"] for g in groups
+                if (spec := INSTANCE_TYPES.get(g["InstanceTypes"][0])) and spec.gpus), default=0)
+
+
+def image_pull_usd(nodes: int) -> float:
+    """What a job start pays the NAT gateway for its nodes' image pulls."""
+    return nodes * RAY_IMAGE_GIB * GB_PER_GIB * NAT_GATEWAY_USD_PER_GB
+
+
+def _pulls_through_cache(template: dict) -> bool:
+    return any(r["Type"] == "AWS::ECR::PullThroughCacheRule" for r in template.get("Resources", {}).values())
+
+
+def _image_pull_text(template: dict, nodes: int) -> str:
+    if _pulls_through_cache(template):
+        # ECR keeps the layers in S3, reached through the free S3 gateway endpoint.
+        return "the image through the ECR pull-through cache (layers from S3 off the NAT: ~$0)"
+    return (f"~${image_pull_usd(nodes):.2f} pulling the image through the NAT ({nodes} x {RAY_IMAGE_GIB:g} GiB "
+            f"at ${NAT_GATEWAY_USD_PER_GB}/GB processed)")
+
+
+def interface_endpoint_azs(template: dict) -> int:
+    """Endpoint-AZs of the template's interface endpoints: each bills by the hour."""
+    return sum(len(r["Properties"].get("SubnetIds", [])) for r in template.get("Resources", {}).values()
+               if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") == "Interface")
+
+
 def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
     """Per run: the GPU nodes' hours from their start to their removal (boot and pull, training, the finished
-    cluster's TTL, the autoscaler's scale-down delay); and how long from deploy to the first step."""
+    cluster's TTL, the autoscaler's scale-down delay), and their image pulls through the NAT gateway; how long
+    from deploy to the first step; and what a lone GPU node costs when its partner gets no capacity."""
     found = training_estimate(template)
     jobs = _manifests(template, "RayJob")
     scale_down = _scale_down_s(template)
@@ -154,9 +191,53 @@ def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
         return lines + ["per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost"]
     ttl = jobs[0]["spec"].get("ttlSecondsAfterFinished", 0)
     billed_s = start + found[1].run_s + ttl + scale_down
+    nodes = _gpu_nodes_per_job(template)
     lines.append(f"per run: ~${gpu_usd_per_hour * billed_s / 3600:,.2f} of GPU nodes (${gpu_usd_per_hour:.2f}/h for "
                  f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{found[1].run_s / 60:.0f} + "
-                 f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}), on top of the idle cost")
+                 f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}) + {_image_pull_text(template, nodes)}, "
+                 "on top of the idle cost")
+    lines += partial_capacity_lines(jobs[0]["spec"], gpu_usd_per_hour / max(nodes, 1), scale_down)
+    return lines
+
+
+def partial_capacity_lines(job: dict, node_usd_per_hour: float, scale_down_s: float) -> list[str]:
+    """What one GPU node bills when it starts and its partner is refused capacity: each attempt waits out
+    preRunningDeadlineSeconds (KubeRay retries PreRunningDeadlineExceeded under backoffLimit, each attempt on a
+    fresh Ray cluster that lands on the node still there), then the failed job's TTL and the scale-down delay.
+    Without that deadline it waits for activeDeadlineSeconds, which is never retried (rayjob_controller.go)."""
+    pre_running, active = job.get("preRunningDeadlineSeconds"), job.get("activeDeadlineSeconds")
+    ttl = job.get("ttlSecondsAfterFinished", 0)
+    if pre_running is None:
+        waited_s = (active or 0) + ttl + scale_down_s
+        return [f"partial capacity: a GPU node whose partner gets no capacity bills until activeDeadlineSeconds: "
+                f"~{waited_s / 60:.0f} min, ~${node_usd_per_hour * waited_s / 3600:.2f}"]
+    attempts = job.get("backoffLimit", 0) + 1
+    waited_s = attempts * pre_running + ttl + scale_down_s
+    return [f"partial capacity: a GPU node whose partner gets no capacity bills ~{waited_s / 60:.0f} min, "
+            f"~${node_usd_per_hour * waited_s / 3600:.2f} ({attempts} attempt(s) x preRunningDeadlineSeconds "
+            f"{pre_running} + TTL {ttl / 60:g} min + scale-down {scale_down_s / 60:g} min)"]
+
+
+def configmap_lines(template: dict) -> list[str]:
+    """The trainer ConfigMap against the API server's limits under `kubectl apply`, and the modules it ships."""
+    import base64
+    import io
+    import zipfile
+
+    from cdk_constructs.trainer_archive import (ANNOTATIONS_BUDGET_BYTES, ANNOTATIONS_LIMIT_BYTES, ARCHIVE_KEY,
+                                                annotations_bytes, kubectl_applied_annotations)
+
+    lines = []
+    for configmap in _manifests(template, "ConfigMap"):
+        archive = (configmap.get("binaryData") or {}).get(ARCHIVE_KEY)
+        if archive is None:
+            continue
+        stored = annotations_bytes(kubectl_applied_annotations(configmap))
+        with zipfile.ZipFile(io.BytesIO(base64.b64decode(archive))) as opened:
+            modules = [name.removesuffix(".py") for name in opened.namelist()]
+        lines.append(f"trainer ConfigMap: {stored:,} bytes stored by `kubectl apply`, {stored / ANNOTATIONS_LIMIT_BYTES:.0%} "
+                     f"of the API server's {ANNOTATIONS_LIMIT_BYTES:,} (synth refuses above {ANNOTATIONS_BUDGET_BYTES:,}); "
+                     f"{len(modules)} modules: {', '.join(modules)}")
     return lines
 
 
@@ -193,6 +274,11 @@ def review_lines(template: dict) -> list[str]:
     nat = types.get("AWS::EC2::NatGateway", 0)
     idle += nat * NAT_GATEWAY_USD_PER_HOUR
     lines.append(f"NAT gateways: {nat}: ${nat * NAT_GATEWAY_USD_PER_HOUR:.3f}/h (plus data processed)")
+    endpoint_azs = interface_endpoint_azs(template)
+    if endpoint_azs:
+        idle += endpoint_azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR
+        lines.append(f"interface endpoints: {endpoint_azs} endpoint-AZ(s): "
+                     f"${endpoint_azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR:.3f}/h (plus $0.01/GB processed)")
     lines.append(f"placement group: {'cluster' if types.get('AWS::EC2::PlacementGroup') else 'none'}")
     lines.append(f"idle cost (no job running): ${idle:.2f}/hour (${idle * 24:.0f}/day; {PRICES_AS_OF}; "
                  "excludes storage, data transfer and logs)")
@@ -201,6 +287,7 @@ def review_lines(template: dict) -> list[str]:
         lines.append(plan)
         lines += filter(None, [training_auto_line(template), training_batch_line(template)])
     lines += job_cost_lines(template, busy_gpu)
+    lines += configmap_lines(template)
     return lines
 
 

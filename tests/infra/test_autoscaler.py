@@ -194,7 +194,17 @@ def test_the_autoscaler_may_resize_only_this_clusters_gpu_group(template):
     assert sorted(write["Action"]) == ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"]
     condition = write["Condition"]["StringEquals"]
     assert condition["aws:ResourceTag/eks:cluster-name"] == "EksFsdpEfa"
-    assert "GpuNodes" in json.dumps(condition["aws:ResourceTag/eks:nodegroup-name"])
+
+
+def test_the_nodegroup_tag_condition_is_the_bare_name_eks_tags_the_asg_with(template):
+    """EKS tags the group's ASG eks:nodegroup-name=<bare name>. CloudFormation's Ref of AWS::EKS::Nodegroup is
+    `<cluster>/<nodegroup>` (AWS::EKS::Nodegroup return values; aws-cdk issue 22442), GetAtt NodegroupName the
+    bare name: a condition on the Ref never matches, and every scale-up would be denied."""
+    [gpu_id] = [k for k, r in resources_of(template, "AWS::EKS::Nodegroup").items()
+                if r["Properties"]["Labels"].get("role") == "gpu-worker"]
+    [write] = [s for s in _statements(template) if "autoscaling:SetDesiredCapacity" in s["Action"]]
+    assert write["Condition"]["StringEquals"]["aws:ResourceTag/eks:nodegroup-name"] == {
+        "Fn::GetAtt": [gpu_id, "NodegroupName"]}
 
 
 def test_the_autoscaler_reads_only_the_gpu_groups_description(template):

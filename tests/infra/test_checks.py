@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import aws_cdk as cdk
@@ -43,17 +44,19 @@ def _idle(lines: list[str]) -> str:
 
 
 def test_review_prices_the_idle_deployment_without_gpu_nodes(template):
-    """On-demand list prices: EKS $0.10 + 1 x m7i.xlarge $0.2016 + 1 NAT gateway $0.045 = $0.3466/h."""
+    """On-demand list prices: EKS $0.10 + 1 x m7i.xlarge $0.2016 + 1 NAT gateway $0.045 + the image cache's two
+    interface endpoints in one AZ, 2 x $0.01 (AWS PrivateLink pricing) = $0.3666/h."""
     lines = review_lines(template.to_json())
-    assert _idle(lines).startswith("idle cost (no job running): $0.35/hour ($8/day;")
+    assert _idle(lines).startswith("idle cost (no job running): $0.37/hour ($9/day;")
+    assert "interface endpoints: 2 endpoint-AZ(s): $0.020/h (plus $0.01/GB processed)" in lines
     assert any("0 to 2 (autoscaled) x g6.12xlarge" in line and "AZ us-east-2a" in line
                and "$9.20/h while a job runs" in line for line in lines)  # 2 x $4.6016
 
 
 def test_review_prices_fixed_gpu_nodes_as_idle():
-    """$0.3466 + 2 x g6.12xlarge $4.6016 = $9.5498/h."""
+    """$0.3666 + 2 x g6.12xlarge $4.6016 = $9.5698/h."""
     lines = review_lines(template_for(gpu_scale_to_zero=False).to_json())
-    assert _idle(lines).startswith("idle cost (no job running): $9.55/hour")
+    assert _idle(lines).startswith("idle cost (no job running): $9.57/hour")
     assert "per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost" in lines
 
 
@@ -95,7 +98,7 @@ def test_per_run_cost_counts_the_gpu_nodes_from_start_to_removal(template, monke
     import tools.review as review
 
     monkeypatch.setattr(review, "training_estimate", lambda t: ("training: ...", type("E", (), {"run_s": 600.0})()))
-    [start, run] = review.job_cost_lines(template.to_json(), 2 * 4.6016)
+    [start, run, _] = review.job_cost_lines(template.to_json(), 2 * 4.6016)
     assert start.startswith("deploy to first step: ~4 min after the stack is up")
     assert run.startswith("per run: ~$3.74 of GPU nodes ($9.20/h for ~24 min: start ~4 + training ~10 + TTL 5 + scale-down 5)")
 
@@ -109,3 +112,41 @@ def test_the_reviews_training_plan_runs_on_the_deployments_nodes(template):
     assert line.startswith("training: 2 x g6.12xlarge, ")
     p5 = review.training_estimate(template_for(**VARIANTS["p5-reservation"]).to_json())[0]
     assert p5.startswith("training: 2 x p5.48xlarge, ")  # 16 workers, 8 H100 per node
+
+
+def test_per_run_cost_counts_each_gpu_nodes_image_pull_through_the_nat(template, monkeypatch):
+    """2 nodes x 12 GiB = 25.77 GB at the NAT gateway's $0.045/GB processed (Amazon VPC pricing, us-east-2) = $1.16."""
+    import tools.review as review
+
+    monkeypatch.setattr(review, "training_estimate", lambda t: ("training: ...", type("E", (), {"run_s": 600.0})()))
+    run = review.job_cost_lines(template_for(image_pull_through_cache=False).to_json(), 2 * 4.6016)[1]
+    assert "+ ~$1.16 pulling the image through the NAT (2 x 12 GiB at $0.045/GB processed)" in run
+    cached = review.job_cost_lines(template.to_json(), 2 * 4.6016)[1]
+    assert "+ the image through the ECR pull-through cache (layers from S3 off the NAT: ~$0)" in cached
+
+
+def test_the_review_prices_a_lone_gpu_node_waiting_for_its_partner(template):
+    """KubeRay v1.7.0 retries PreRunningDeadlineExceeded under backoffLimit: 2 attempts x 1,200 s + TTL 300 s +
+    scale-down 300 s = 3,000 s of one $4.6016/h node = $3.83; without the deadline, 4 h + 600 s = $19.17."""
+    import tools.review as review
+
+    job = {"preRunningDeadlineSeconds": 1200, "activeDeadlineSeconds": 14400, "backoffLimit": 1, "ttlSecondsAfterFinished": 300}
+    assert review.partial_capacity_lines(job, 4.6016, 300) == [
+        "partial capacity: a GPU node whose partner gets no capacity bills ~50 min, ~$3.83 (2 attempt(s) x "
+        "preRunningDeadlineSeconds 1200 + TTL 5 min + scale-down 5 min)"]
+    del job["preRunningDeadlineSeconds"]
+    assert review.partial_capacity_lines(job, 4.6016, 300) == [
+        "partial capacity: a GPU node whose partner gets no capacity bills until activeDeadlineSeconds: ~250 min, ~$19.17"]
+    assert any(line.startswith("partial capacity: a GPU node whose partner gets no capacity bills ~50 min")
+               for line in review_lines(template.to_json()))
+
+
+def test_the_review_shows_the_configmaps_stored_bytes_and_modules(template):
+    from cdk_constructs import ray_manifests as rm
+    from cdk_constructs.training_workload import TRAINER_PACKAGE
+
+    [line] = [line for line in review_lines(template.to_json()) if line.startswith("trainer ConfigMap: ")]
+    stored = int(re.search(r"^trainer ConfigMap: ([\d,]+) bytes stored by `kubectl apply`", line)[1].replace(",", ""))
+    assert stored <= 196_608 and "of the API server's 262,144 (synth refuses above 196,608)" in line
+    modules = [path.removesuffix(".py") for path in rm.trainer_files(TRAINER_PACKAGE)]
+    assert line.endswith(f"{len(modules)} modules: " + ", ".join(modules))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import io
 import json
 import re
 import shlex
+import zipfile
 
 import jsonschema
 import kubernetes_validate
@@ -17,7 +20,8 @@ from cdk_constructs.device_plugins import EFA_VERSION, efa_values
 from cdk_constructs.instance_types import INSTANCE_TYPES
 from cdk_constructs.kuberay import KUBERAY_VERSION
 from cdk_constructs.training_workload import TRAINER_PACKAGE
-from tests.conftest import DATA, STORAGE_PLACEHOLDER, pure_workload, resources_of, template_for
+from tests.conftest import (ACCOUNT_PLACEHOLDER, DATA, STORAGE_PLACEHOLDER, URL_SUFFIX_PLACEHOLDER, pure_workload,
+                            resources_of, template_for)
 
 CRDS = DATA / "kuberay-v1.7.0"
 
@@ -143,7 +147,10 @@ def test_the_stacks_workload_is_what_the_pure_builders_make(template):
 
     built = pure_workload()
     assert without_prune_label(manifest_of(template, "ConfigMap", built["ConfigMap"]["metadata"]["name"])) == built["ConfigMap"]
-    synthesized_job = without_prune_label(manifest_of(template, "RayJob"))
+    # The cached image's registry holds the account and the partition's domain, both deploy-time values.
+    synthesized_job = json.loads(json.dumps(without_prune_label(manifest_of(template, "RayJob")))
+                                 .replace("ref-aws::accountid", ACCOUNT_PLACEHOLDER)
+                                 .replace("ref-aws::urlsuffix", URL_SUFFIX_PLACEHOLDER))
     # The bucket's name is a deploy-time token (shell-quoted in the entrypoint); the rest must be identical.
     synthesized_job["spec"]["entrypoint"] = re.sub(r"'?--storage-path=[^ ']+'?", f"--storage-path={STORAGE_PLACEHOLDER}",
                                                    synthesized_job["spec"]["entrypoint"])
@@ -225,11 +232,10 @@ def test_efa_values_allow_the_configured_type(instance_type):
 
 def test_configmap_holds_the_trainer_as_it_runs_in_the_pod(template):
     configmap = manifest_of(template, "ConfigMap")
-    shipped = set(configmap["data"])
-    expected = {"training/train.py", "training/model.py", "training/transport.py", "training/__init__.py"}
-    assert {rm.configmap_key(p) for p in expected} <= shipped
-    assert rm.configmap_key("benchmarks/bench.py") not in shipped  # the GPU benchmark does not run in the pods
-    assert len(json.dumps(configmap["data"]).encode()) < rm.CONFIGMAP_LIMIT_BYTES
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(configmap["binaryData"]["trainer.zip"]))) as archive:
+        shipped = set(archive.namelist())
+    assert {"training/train.py", "training/model.py", "training/transport.py", "training/__init__.py"} <= shipped
+    assert "benchmarks/bench.py" not in shipped  # the GPU benchmark does not run in the pods
 
 
 def test_trainer_files_follow_imports_from_the_entry(tmp_path):
@@ -245,19 +251,17 @@ def test_trainer_files_follow_imports_from_the_entry(tmp_path):
                                                "training/model.py", "training/train.py"]  # sorted: a stable digest
 
 
-def test_configmap_volume_keeps_package_layout(worker):
-    [volume] = [v for v in worker["template"]["spec"]["volumes"] if v["name"] == "trainer"]
-    assert {"key": "training__train.py", "path": "training/train.py"} in volume["configMap"]["items"]
+def test_the_archive_is_mounted_alone_where_pythonpath_points(worker):
+    container = worker["template"]["spec"]["containers"][0]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "trainer"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (mount["mountPath"], mount["subPath"], env["PYTHONPATH"]) == (
+        "/opt/trainer/trainer.zip", "trainer.zip", "/opt/trainer/trainer.zip")
 
 
 def test_configmap_name_changes_with_trainer():
     one = rm.content_hash({"training/a.py": "x = 1"})
     assert one != rm.content_hash({"training/a.py": "x = 2"})
-
-
-def test_configmap_over_limit_is_refused():
-    with pytest.raises(ValueError, match="exceeds Kubernetes' 1 MiB limit"):
-        rm.trainer_configmap("t", "ns", {"training/big.py": "#" * (1024 * 1024)})
 
 
 def test_the_job_and_its_configmap_are_one_resource_and_no_raycluster_stands_alone(template):
@@ -314,7 +318,7 @@ def test_worker_has_memory_backed_shm_cache_and_prestop(worker):
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
-    assert {"/dev/shm", rm.MODEL_CACHE_MOUNT, rm.TRAINER_MOUNT} <= mounts
+    assert {"/dev/shm", rm.MODEL_CACHE_MOUNT, rm.TRAINER_ARCHIVE_PATH} <= mounts
     assert spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
 

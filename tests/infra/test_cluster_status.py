@@ -417,7 +417,7 @@ def test_watch_refuses_intervals_that_are_not_positive(monkeypatch, capsys, flag
     ("Complete", None, None),
     ("Failed", "AppFailed", "the trainer exited with an error"),
     ("Failed", "DeadlineExceeded", "training.active_deadline_seconds"),
-    ("Failed", "PreRunningDeadlineExceeded", "preRunningDeadlineSeconds"),
+    ("Failed", "PreRunningDeadlineExceeded", "not running within training.pre_running_deadline_seconds"),
     ("ValidationFailed", "ValidationFailed", "KubeRay rejected the RayJob spec"),
     ("Suspended", None, "nothing runs until it is resumed"),
 ])
@@ -704,3 +704,14 @@ def test_the_watcher_signs_a_new_eks_token_before_the_old_one_expires(monkeypatc
     assert max(t - signed for t, signed in used) < 15 * 60
     assert 3 * 3600 / (15 * 60) <= len(signed_at) <= 3 * 3600 / (5 * 60)
     assert configuration.api_key_prefix["authorization"] == "Bearer"
+
+
+def test_a_pre_running_deadline_is_explained_in_one_line():
+    """KubeRay v1.7.0's reason and message for it (rayjob_controller.go checkPreRunningDeadlineAndUpdateStatusIfNeeded)."""
+    rayjob = load("rayjob-running.json")
+    rayjob["status"] |= {"jobDeploymentStatus": "Failed", "reason": "PreRunningDeadlineExceeded",
+                         "message": "The RayJob has passed the preRunningDeadlineSeconds. StartTime: 2026-12-05 "
+                                    "23:00:00 +0000 UTC. PreRunningDeadlineSeconds: 1200"}
+    line = cs.rayjob_report(rayjob).line
+    assert "\n" not in line
+    assert "partner was refused capacity" in line and "training.backoff_limit" in line

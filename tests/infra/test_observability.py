@@ -67,3 +67,26 @@ def test_application_signals_stay_out_of_the_ray_pods():
     """The add-on's chart turns automatic instrumentation of every service off when the agent's configuration
     has no application_signals section (charts/amazon-cloudwatch-observability/templates/_helpers.tpl)."""
     assert "application_signals" not in json.dumps(obs.observability_configuration())
+
+
+def _depends_on(template, start: str) -> set[str]:
+    """Every resource CloudFormation must create before `start`: its DependsOn, followed transitively."""
+    resources = template.to_json()["Resources"]
+    seen, todo = set(), [start]
+    while todo:
+        depends = resources[todo.pop()].get("DependsOn", [])
+        for logical_id in [depends] if isinstance(depends, str) else depends:
+            if logical_id not in seen:
+                seen.add(logical_id)
+                todo.append(logical_id)
+    return seen
+
+
+def test_the_job_starts_after_the_addon_collects_its_logs(template):
+    """Fluent Bit tails container logs from their end (Read_from_Head Off): a Ray pod started before the
+    add-on would lose its first lines, the first-minute checks among them."""
+    [job] = [k for k, r in resources_of(template, "Custom::AWSCDK-EKS-KubernetesResource").items()
+             if '\\"kind\\":\\"RayJob\\"' in json.dumps(r["Properties"]["Manifest"])]
+    [addon] = [k for k, r in resources_of(template, "AWS::EKS::Addon").items()
+               if r["Properties"]["AddonName"] == obs.ADDON_NAME]
+    assert addon in _depends_on(template, job)

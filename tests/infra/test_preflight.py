@@ -263,7 +263,8 @@ PASS  EFA support                g6.12xlarge supports EFA with 1 interface(s), a
 PASS  vCPU quota (GPU nodes)     2 x g6.12xlarge need 96 vCPU; quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 96, 0 in use
 PASS  vCPU quota (system nodes)  1 x m7i.xlarge need 4 vCPU; quota 'Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances' (L-1216C47A) is 64, 0 in use
 PASS  capacity reservation       none configured (On-Demand capacity)
-0 FAIL, 0 WARN, 7 PASS
+PASS  leftover log groups        none of the stack's 5 log groups exists yet
+0 FAIL, 0 WARN, 8 PASS
 """
 
 
@@ -292,7 +293,8 @@ class RefusingSession:
         return Refusing()
 
 
-REFUSED = "grant the caller read access to EC2, EKS and Service Quotas (e.g. ReadOnlyAccess)"
+REFUSED = ("grant the caller read access to EC2, EKS, Service Quotas, CloudFormation and CloudWatch Logs "
+           "(e.g. ReadOnlyAccess)")
 
 
 def test_a_caller_that_cannot_read_the_region_stops_at_the_first_check():
@@ -314,6 +316,7 @@ def test_every_refused_call_is_a_fail_under_its_checks_name(monkeypatch):
         # The reservation check reads its own errors: an id that cannot be read is named with the code.
         Check("capacity reservation", FAIL, "cr-0123456789abcdef0 cannot be read: AccessDenied",
               "check the id and region, or set -c capacity_reservation_id=null"),
+        Check("leftover log groups", FAIL, "could not check: describe_stacks failed with AccessDenied", REFUSED),
     ]
 
 
@@ -516,3 +519,36 @@ def test_a_quota_never_changed_is_the_aws_default():
     stub.add_response("get_aws_default_service_quota", {"Quota": {"Value": 64.0}}, {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"})
     stub.activate()
     assert preflight._quota_value(client, "L-DB2E81BA") == 64
+
+
+# ------------------------------------------------------------------ leftover log groups
+
+
+def _leftover_check():
+    return preflight.check_leftover_log_groups(boto3.client("logs", region_name="us-east-2"),
+                                               boto3.client("cloudformation", region_name="us-east-2"), settings())
+
+
+def test_a_log_group_left_by_a_destroyed_stack_fails_with_the_command_that_deletes_it(aws):
+    boto3.client("logs", region_name="us-east-2").create_log_group(
+        logGroupName="/aws/containerinsights/EksFsdpEfa/application")
+    assert _leftover_check() == Check(
+        "leftover log groups", FAIL,
+        "/aws/containerinsights/EksFsdpEfa/application left by an earlier stack EksFsdpEfa: "
+        "the deploy would fail creating it",
+        "read what you need from it, then aws logs delete-log-group --log-group-name "
+        "/aws/containerinsights/EksFsdpEfa/application --region us-east-2")
+
+
+def test_a_group_of_another_stack_or_name_is_no_leftover(aws):
+    logs = boto3.client("logs", region_name="us-east-2")
+    logs.create_log_group(logGroupName="/aws/containerinsights/EksFsdpEfa2/application")
+    logs.create_log_group(logGroupName="/aws/containerinsights/EksFsdpEfa/applications")
+    assert _leftover_check().verdict == PASS
+
+
+def test_the_groups_of_a_stack_that_exists_are_its_own(aws):
+    boto3.client("logs", region_name="us-east-2").create_log_group(logGroupName="/aws/eks/EksFsdpEfa/cluster")
+    boto3.client("cloudformation", region_name="us-east-2").create_stack(
+        StackName="EksFsdpEfa", TemplateBody='{"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}')
+    assert _leftover_check() == Check("leftover log groups", PASS, "stack EksFsdpEfa exists: its log groups are its own")

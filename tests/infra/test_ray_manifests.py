@@ -8,21 +8,26 @@ the synthesized stack holds exactly these).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import shlex
+import zipfile
 
 import pytest
 
 from cdk_constructs import ray_manifests as rm
+from cdk_constructs.errors import ConstructError
 from tests.conftest import pure_workload
 
 IMAGE = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
-COMMON_ENV = [{"name": "PYTHONPATH", "value": "/opt/trainer"}, {"name": "HF_HOME", "value": "/mnt/model-cache"},
+COMMON_ENV = [{"name": "PYTHONPATH", "value": "/opt/trainer/trainer.zip"}, {"name": "HF_HOME", "value": "/mnt/model-cache"},
               {"name": "TOKENIZERS_PARALLELISM", "value": "false"}, {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
               {"name": "AWS_REGION", "value": "us-east-2"}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-2"}]
 SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 PRE_STOP = {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}
-TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer", "readOnly": True}
+TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer/trainer.zip", "subPath": "trainer.zip", "readOnly": True}
+TRAINER_VOLUME = {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [{"key": "trainer.zip", "path": "trainer.zip"}]}}
 
 
 def spec(**overrides) -> rm.RayClusterSpec:
@@ -78,9 +83,7 @@ def test_head_pod_in_full():
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
         "volumes": [
-            {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [
-                {"key": "training__train.py", "path": "training/train.py"},
-                {"key": "training__step.py", "path": "training/step.py"}]}},
+            TRAINER_VOLUME,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "3Gi"}}],
     }
 
@@ -100,9 +103,7 @@ def test_worker_pod_in_full():
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
         "volumes": [
-            {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [
-                {"key": "training__train.py", "path": "training/train.py"},
-                {"key": "training__step.py", "path": "training/step.py"}]}},
+            TRAINER_VOLUME,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
             {"name": "model-cache", "emptyDir": {"sizeLimit": "100Gi"}}],
     }
@@ -141,7 +142,7 @@ def test_any_change_to_the_pods_names_a_new_job_and_the_same_spec_the_same_one(c
 
 
 @pytest.mark.parametrize("change", [
-    {"trainer_options": {"model": "tiny", "steps": 6}}, {"rerun": 1}, {"active_deadline_seconds": 60},
+    {"trainer_options": {"model": "tiny", "steps": 6}}, {"rerun": 1}, {"active_deadline_seconds": 3600}, {"pre_running_deadline_seconds": 900},
     {"backoff_limit": 0}, {"submitter_backoff_limit": 0}, {"ttl_seconds_after_finished": 0}, {"cache_dir": "/c"},
 ])
 def test_any_change_to_the_job_names_a_new_job(change):
@@ -155,7 +156,7 @@ def test_digest_is_a_stable_sha256_prefix_of_sorted_json():
 
 def test_job_in_full():
     j = job(trainer_options={"model": "tiny", "steps": 5, "compile": False, "require_efa": True, "model_revision": None},
-            active_deadline_seconds=600, backoff_limit=2, submitter_backoff_limit=1, ttl_seconds_after_finished=120)
+            active_deadline_seconds=600, pre_running_deadline_seconds=300, backoff_limit=2, submitter_backoff_limit=1, ttl_seconds_after_finished=120)
     run = j.run_name
     assert run == "ft-" + rm.digest([j.trainer_options, spec().trainer_hash])
     assert j.name.startswith(run + "-") and len(j.name) == len(run) + 1 + 10
@@ -167,7 +168,8 @@ def test_job_in_full():
         "entrypoint": f"python -m training.train --model=tiny --steps=5 --no-compile --require-efa "
                       f"--storage-path=s3://b/runs --run-name={run} --cache-dir=/mnt/model-cache",
         "submissionMode": "K8sJobMode", "shutdownAfterJobFinishes": True, "ttlSecondsAfterFinished": 120,
-        "activeDeadlineSeconds": 600, "backoffLimit": 2, "submitterConfig": {"backoffLimit": 1}}
+        "activeDeadlineSeconds": 600, "preRunningDeadlineSeconds": 300, "backoffLimit": 2,
+        "submitterConfig": {"backoffLimit": 1}}
     assert "clusterSelector" not in manifest["spec"]
     assert manifest["spec"]["rayClusterSpec"] == rm.ray_cluster_spec(spec(), j.name + "-trainer")
 
@@ -175,9 +177,18 @@ def test_job_in_full():
 def test_job_defaults():
     j = rm.RayJobSpec(namespace="n", cluster=spec(), trainer_options={}, storage_path="/r")
     manifest = rm.ray_job_manifest(j)["spec"]
-    assert (manifest["activeDeadlineSeconds"], manifest["backoffLimit"], manifest["submitterConfig"],
-            manifest["ttlSecondsAfterFinished"]) == (4 * 3600, 1, {"backoffLimit": 2}, 300)
+    assert (manifest["activeDeadlineSeconds"], manifest["preRunningDeadlineSeconds"], manifest["backoffLimit"],
+            manifest["submitterConfig"], manifest["ttlSecondsAfterFinished"]) == (4 * 3600, 1200, 1, {"backoffLimit": 2}, 300)
     assert j.cache_dir == "/mnt/model-cache" and j.rerun == 0
+
+
+@pytest.mark.parametrize("pre_running,active", [(3600, 3600), (7200, 3600), (0, 3600)])
+def test_a_pre_running_deadline_the_active_deadline_would_preempt_is_refused(pre_running, active):
+    """KubeRay v1.7.0 rayjob_controller.go: an initializing job is checked against activeDeadlineSeconds before
+    preRunningDeadlineSeconds, and DeadlineExceeded is never retried (checkBackoffLimitAndUpdateStatusIfNeeded)."""
+    with pytest.raises(ConstructError, match=rf"^RayJob: preRunningDeadlineSeconds {pre_running} must be positive and "
+                                             rf"below activeDeadlineSeconds {active} "):
+        job(pre_running_deadline_seconds=pre_running, active_deadline_seconds=active)
 
 
 def test_submitter_pod_is_kuberays_default_hardened():
@@ -228,28 +239,15 @@ def test_entrypoint_flags(options, expected):
 
 def test_configmap_in_full():
     files = {"training/train.py": "print(1)\n", "training/__init__.py": ""}
-    assert rm.trainer_configmap("trainer-x", "training", files) == {
+    configmap = rm.trainer_configmap("trainer-x", "training", files)
+    archive = base64.b64decode(configmap.pop("binaryData").pop("trainer.zip"))
+    assert configmap == {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "trainer-x", "namespace": "training",
                      "annotations": {"eks-fsdp-efa/trainer-hash": rm.content_hash(files)}},
-        "data": {"training__train.py": "print(1)\n", "training____init__.py": ""},
     }
-
-
-def test_configmap_at_the_limit_passes_and_one_byte_over_is_refused():
-    key = "training__big.py"
-    at_limit = {"training/big.py": "x" * (rm.CONFIGMAP_LIMIT_BYTES - len(key))}
-    rm.trainer_configmap("t", "n", at_limit)
-    over = {"training/big.py": at_limit["training/big.py"] + "x"}
-    with pytest.raises(ValueError, match=r"^trainer ConfigMap: 1048577 bytes exceeds Kubernetes' 1 MiB limit$"):
-        rm.trainer_configmap("t", "n", over)
-
-
-def test_configmap_size_counts_encoded_bytes():
-    key = "training__u.py"
-    text = "é" * ((rm.CONFIGMAP_LIMIT_BYTES - len(key)) // 2 + 1)  # 2 bytes each in UTF-8
-    with pytest.raises(ValueError, match="exceeds Kubernetes' 1 MiB limit"):
-        rm.trainer_configmap("t", "n", {"training/u.py": text})
+    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
+        assert {name: opened.read(name).decode() for name in opened.namelist()} == files
 
 
 def test_namespace_under_pod_security_admission_in_full():
@@ -297,3 +295,15 @@ def test_trainer_files_follow_imports_through_cycles_and_past_missing_modules(tm
         (package / name).write_text(text)
     assert rm.trainer_files(package, "train.py") == {
         f"training/{name}": sources[name] for name in ("__init__.py", "data.py", "model.py", "schedule.py", "step.py", "train.py")}
+
+
+def test_pods_pull_from_the_cache_and_the_jobs_name_does_not_hold_its_deploy_time_account():
+    cached = {account: job(cluster=spec(pulled_image=f"{account}.dkr.ecr.us-east-2.amazonaws.com/ecr-public/x:1"))
+              for account in ("${Token[AWS.AccountId.8]}", "111122223333")}
+    first, second = cached.values()
+    assert first.name == second.name != job().name  # the account stays out of the name; the cache does not
+    manifest = rm.ray_job_manifest(second)
+    pods = [manifest["spec"]["rayClusterSpec"]["headGroupSpec"], manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"][0],
+            manifest["spec"]["submitterPodTemplate"]]
+    images = {(p["template"]["spec"] if "template" in p else p["spec"])["containers"][0]["image"] for p in pods}
+    assert images == {"111122223333.dkr.ecr.us-east-2.amazonaws.com/ecr-public/x:1"}

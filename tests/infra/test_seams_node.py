@@ -5,12 +5,8 @@ from __future__ import annotations
 import base64
 import math
 
-import pytest
-
 from tools.seams import node
 from tools.seams.cfn import Resolver
-
-DEPLOYFIX = "fixed on branch deployfix"
 
 DROP_IN_SCRIPT = """#!/bin/bash
 mkdir -p /etc/systemd/system/containerd.service.d
@@ -108,9 +104,8 @@ def test_a_group_without_efa_keeps_the_default():
     assert problems(nodegroup_template(None, efa=False)) == []
 
 
-@pytest.mark.xfail(strict=True, reason=DEPLOYFIX)
 def test_the_synthesized_gpu_nodes_give_containers_an_unlimited_memlock(template):
-    """Issue 30 defect 2: the GPU launch template has no user data, so containers get 8 MiB."""
+    """Issue 30 defect 2 (fixed): the GPU launch template's user data gives containerd LimitMEMLOCK=infinity."""
     assert node.problems(Resolver(template.to_json(), "us-east-2")) == []
 
 

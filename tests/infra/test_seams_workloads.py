@@ -9,8 +9,6 @@ import pytest
 from tools.seams import workloads as w
 from tools.seams.cfn import Resolver, SeamError
 
-DEPLOYFIX = "fixed on branch deployfix"
-
 
 @pytest.fixture(scope="module")
 def synthesized(template) -> Resolver:
@@ -137,9 +135,8 @@ def test_the_autoscaler_role_holds_every_read_of_its_readme_policy(calls):
     assert autoscaler_decisions(calls, README_FULL_POLICY_READS) == {a: True for a in README_FULL_POLICY_READS}
 
 
-@pytest.mark.xfail(strict=True, reason=DEPLOYFIX)
 def test_the_autoscaler_may_resize_the_gpu_group(calls):
-    """Issue 30 defect 1: the writes' eks:nodegroup-name condition holds the group's Ref (cluster/name)."""
+    """Issue 30 defect 1 (fixed): the writes' eks:nodegroup-name condition holds the bare name (GetAtt)."""
     assert autoscaler_decisions(calls, README_FULL_POLICY_WRITES) == {a: True for a in README_FULL_POLICY_WRITES}
 
 

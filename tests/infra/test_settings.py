@@ -373,7 +373,8 @@ EDGES_ACCEPTED = [
     {"endpoint_public_cidrs": ["0.0.0.0/0", "203.0.113.7/32"]}, {"account": "123456789012"},
     {"admin_principal_arn": "arn:aws:iam::123456789012:role/Admin"},
     {"tags": {f"k{i}": "v" for i in range(50)}}, {"tags": {"k" * 128: "v" * 256}}, {"tags": {"k": ""}},
-    {"training.active_deadline_seconds": 60}, {"training.active_deadline_seconds": 7 * 24 * 3600},
+    {"training.active_deadline_seconds": 60, "training.pre_running_deadline_seconds": 59},
+    {"training.active_deadline_seconds": 7 * 24 * 3600}, {"training.pre_running_deadline_seconds": 1},
     {"training.max_failures": 0}, {"training.max_failures": 100},
     {"training.backoff_limit": 0}, {"training.backoff_limit": 10},
     {"training.submitter_backoff_limit": 0}, {"training.submitter_backoff_limit": 10},
@@ -381,6 +382,7 @@ EDGES_ACCEPTED = [
     {"training.rerun": 999}, {"gpu_scale_down_delay_minutes": 1}, {"gpu_scale_down_delay_minutes": 1440},
     {"training.ray_version": "2.52.0"}, {"training.hf_token_secret": "a"}, {"training.hf_token_secret": "hf-token.v2"},
     {"training.image": "public.ecr.aws/org/ray@sha256:" + "0" * 64},
+    {"training.image": "docker.io/rayproject/ray:2.58.0", "image_pull_through_cache": False},
 ]
 
 
@@ -391,6 +393,12 @@ def test_the_ends_of_every_range_are_accepted(overrides):
 
 @pytest.mark.parametrize("overrides,message", [
     ({"training.active_deadline_seconds": 59}, r"^training.active_deadline_seconds: 59 must be between 60 and 604800$"),
+    # KubeRay v1.7.0 rayjob_controller.go checks activeDeadlineSeconds first and never retries DeadlineExceeded.
+    ({"training.pre_running_deadline_seconds": 14400}, r"^training.pre_running_deadline_seconds: 14400 must be positive and "
+     r"below training.active_deadline_seconds \(14400\), which KubeRay checks first and never retries$"),
+    ({"training.pre_running_deadline_seconds": 0}, r"^training.pre_running_deadline_seconds: 0 must be positive"),
+    ({"training.image": "docker.io/rayproject/ray:2.58.0"}, r"^image_pull_through_cache: caches public.ecr.aws images only, "
+     r"training.image is 'docker.io/rayproject/ray:2.58.0'; set -c image_pull_through_cache=false$"),
     ({"training.active_deadline_seconds": 604801}, r"^training.active_deadline_seconds: 604801 must be between 60 and 604800$"),
     ({"training.max_failures": 101}, r"^training.max_failures: 101 must be between 0 and 100$"),
     ({"training.backoff_limit": 11}, r"^training.backoff_limit: 11 must be between 0 and 10 \(retries of the whole job "
@@ -461,7 +469,7 @@ def test_the_context_of_a_cdk_json_is_what_the_settings_are_made_of(tmp_path):
 
 KNOWN_SETTINGS = ("account, admin_principal_arn, availability_zones, capacity_reservation_id, endpoint_access, "
                   "endpoint_public_cidrs, gpu_availability_zone, gpu_instance_type, gpu_node_count, gpu_node_disk_gib, "
-                  "gpu_node_taint, gpu_scale_down_delay_minutes, gpu_scale_to_zero, kubernetes_version, "
+                  "gpu_node_taint, gpu_scale_down_delay_minutes, gpu_scale_to_zero, image_pull_through_cache, kubernetes_version, "
                   "log_retention_days, nat_gateways, placement_group, region, stack_name, system_instance_type, "
                   "system_node_count, system_node_disk_gib, tags, training, vpc_cidr")
 REFUSED_IN_FULL = [
