@@ -13,7 +13,10 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from planning.workload import ModelShape
 
 CONTEXT_FILE = "cdk.context.json"
 KEY_PREFIX = "model-config:"
@@ -94,3 +97,19 @@ def save(entries: dict, context_file: Path) -> None:
         return
     current = json.loads(context_file.read_text()) if context_file.exists() else {}
     context_file.write_text(json.dumps(current | entries, indent=2, sort_keys=True) + "\n")
+
+
+def model_shape(model: str, revision: str | None, context: dict,
+                fetch: Callable[[str, str | None], dict] = _fetch) -> tuple["ModelShape", dict]:
+    """The planner's shape of `model`: the built-in configurations and their Qwen2.5 hub ids from the table the
+    calibration was measured on, any other model counted from its config.json (looked up, or cached in context).
+    Returns the shape and the context entries to cache. ModelConfigError / ShapeError in one line otherwise."""
+    from planning.families import count_shape
+    from planning.workload import MODELS, ModelShape
+    from training.config import HUB_ARCHITECTURES
+
+    known = MODELS.get(HUB_ARCHITECTURES.get(model, model))
+    if known is not None:
+        return known, {}
+    fields, new = lookup(model, revision, context, fetch)
+    return ModelShape(**count_shape(fields, model)), new

@@ -111,3 +111,23 @@ def test_save_keeps_cdks_own_entries(tmp_path):
     save({"model-config:org/m@main": LLAMA}, context_file)
     assert json.loads(context_file.read_text()) == {"availability-zones:account=1:region=r": ["a", "b"],
                                                     "model-config:org/m@main": LLAMA}
+
+
+def test_a_qwen_hub_id_keeps_the_calibrated_shape(no_network):
+    from planning.model_config import model_shape
+    from planning.workload import MODELS
+
+    assert model_shape("Qwen/Qwen2.5-7B-Instruct", None, {}, unreachable) == (MODELS["qwen2.5-7b"], {})
+
+
+def test_another_hub_model_is_counted_from_its_cached_config(no_network):
+    from planning.model_config import model_shape
+
+    # Llama-3.2-1B's published config.json (hub, meta-llama/Llama-3.2-1B): 1,235,814,400 parameters, the count
+    # its model card gives as 1.24B and transformers builds.
+    llama = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256,
+             "tie_word_embeddings": True}
+    shape, new = model_shape("meta-llama/Llama-3.2-1B", "4e20de3", {"model-config:meta-llama/Llama-3.2-1B@4e20de3": llama},
+                             unreachable)
+    assert (shape.params, shape.layers, shape.heads, shape.head_dim, new) == (1_235_814_400, 16, 32, 64, {})
