@@ -39,8 +39,12 @@ class Family:
     """The LM head carries a bias (Phi)."""
     tied_default: bool = False
     """tie_word_embeddings when config.json leaves it out (the config class's default)."""
-    fused: bool = False
-    """q, k and v in one linear, and gate and up in another (Phi-3): the same weights, fewer LoRA targets."""
+    fused_qkv: bool = False
+    """q, k and v in one linear (Phi-3): the same weights, fewer LoRA targets."""
+    fused_gate_up: bool = False
+    """gate and up in one linear (Phi-3, GLM)."""
+    parametric_norms: bool = True
+    """OLMo's layer norms have no weights at all."""
 
 
 # model_type -> Family, from each family's modeling_<type>.py in transformers 5.23.
@@ -56,7 +60,12 @@ FAMILIES: dict[str, Family] = {
     "cohere": Family(mlp_bias="never", layer_norms=1, qk_norm="heads", qk_norm_flag="use_qk_norm", tied_default=True),
     "phi": Family(qkv_bias="always", o_bias="always", mlp_bias="always", mlp_matrices=2, layer_norms=1,
                   norm_bias=True, qk_norm="head", qk_norm_flag="qk_layernorm", qk_norm_bias=True, head_bias=True),
-    "phi3": Family(qkv_bias="never", o_bias="never", mlp_bias="never", fused=True),
+    "phi3": Family(qkv_bias="never", o_bias="never", mlp_bias="never", fused_qkv=True, fused_gate_up=True),
+    "olmo": Family(mlp_bias="never", parametric_norms=False),
+    "cohere2": Family(mlp_bias="never", layer_norms=1, tied_default=True),
+    "starcoder2": Family(qkv_bias="use_bias", o_bias="use_bias", mlp_bias="use_bias", mlp_matrices=2, norm_bias=True,
+                         tied_default=True),
+    "glm": Family(o_bias="never", mlp_bias="never", fused_gate_up=True),
     "olmo2": Family(mlp_bias="never", qk_norm="projection"),
     "stablelm": Family(qkv_bias="use_qkv_bias", o_bias="never", mlp_bias="never", norm_bias=True,
                        qk_norm="heads", qk_norm_flag="qk_layernorm"),
@@ -93,7 +102,7 @@ def count_shape(config: dict, name: str = "model") -> dict:
     qkv_bias, o_bias, mlp_bias = _flag(config, family.qkv_bias), _flag(config, family.o_bias), _flag(config, family.mlp_bias)
     attention = hidden * (q_out + 2 * kv_out) + q_out * hidden + qkv_bias * (q_out + 2 * kv_out) + o_bias * hidden
     mlp = family.mlp_matrices * hidden * intermediate + mlp_bias * ((family.mlp_matrices - 1) * intermediate + hidden)
-    norm_size = hidden * (2 if family.norm_bias else 1)
+    norm_size = hidden * (2 if family.norm_bias else 1) * family.parametric_norms
     norms = family.layer_norms * norm_size
     if family.norm_bias and family.layer_norms == 2 and config.get("use_parallel_residual"):
         norms = norm_size  # StableLM's parallel residual drops the post-attention norm
@@ -104,10 +113,12 @@ def count_shape(config: dict, name: str = "model") -> dict:
 
     tied = config.get("tie_word_embeddings", family.tied_default)
     root = vocab * hidden + norm_size + (0 if tied else vocab * hidden + family.head_bias * vocab)
-    if family.fused:
-        linear_in_out = (hidden + q_out + 2 * kv_out) + (q_out + hidden) + (hidden + 2 * intermediate) + (intermediate + hidden)
+    attention_linears = ((hidden + q_out + 2 * kv_out) if family.fused_qkv else (hidden + q_out) + 2 * (hidden + kv_out)) \
+        + (q_out + hidden)
+    if family.fused_gate_up:
+        mlp_linears = (hidden + 2 * intermediate) + (intermediate + hidden)
     else:
-        linear_in_out = ((hidden + q_out) + 2 * (hidden + kv_out) + (q_out + hidden)
-                         + family.mlp_matrices * (hidden + intermediate))
+        mlp_linears = family.mlp_matrices * (hidden + intermediate)
+    linear_in_out = attention_linears + mlp_linears
     return {"name": name, "layer_params": layers * layer, "root_params": root, "layers": layers, "hidden": hidden,
             "heads": heads, "head_dim": head_dim, "vocab": vocab, "linear_in_out": linear_in_out}

@@ -29,7 +29,7 @@ def check_inputs(c: TrainConfig) -> None:
             raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
         import json
 
-        from training.model import supported_architecture
+        from training.families import supported_architecture
 
         refusal = supported_architecture(json.loads((folder / "config.json").read_text()))
         if refusal:

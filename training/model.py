@@ -17,6 +17,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, ConfigError, TrainConfig
+from training.families import supported_architecture
 from training.fp8 import check_fp8_device, convert_to_fp8
 from training.loss import LogitHead, linear_cross_entropy
 
@@ -33,16 +34,6 @@ LOGIT_HEADS = {
     "gemma2": lambda c: LogitHead(softcap=c.final_logit_softcapping),
     "gemma3_text": lambda c: LogitHead(softcap=c.final_logit_softcapping),
 }
-
-
-def supported_architecture(config: dict) -> str | None:
-    """Why the trainer refuses a model, from its config.json as a dict (one line), or None when it trains it."""
-    model_type = config.get("model_type")
-    if model_type in LOGIT_HEADS:
-        return None
-    hint = " (a multimodal Gemma 3: train its text-only gemma3_text checkpoints)" if model_type == "gemma3" else ""
-    return (f"the model's architecture {model_type!r}{hint} is not one whose loss the trainer checks; "
-            f"supported: {', '.join(sorted(LOGIT_HEADS))}")
 
 
 def check_architecture(config) -> None:

@@ -21,6 +21,8 @@ CASES = [(t, {}) for t in FAMILIES] + [
     ("stablelm", {"use_qkv_bias": True, "qk_layernorm": True}),
     ("stablelm", {"use_parallel_residual": True}),
     ("gemma", {"head_dim": 32}),
+    ("starcoder2", {"use_bias": False}),
+    ("glm", {"attention_bias": False}),
 ]
 
 
@@ -52,7 +54,7 @@ def test_published_sizes():
 
 
 def test_unknown_family_names_the_counted_ones():
-    with pytest.raises(ShapeError, match=r"m: model_type 'gpt2' is not one the planner counts \(cohere, gemma"):
+    with pytest.raises(ShapeError, match=r"m: model_type 'gpt2' is not one the planner counts \(cohere, cohere2, gemma"):
         count_shape({"model_type": "gpt2"}, "m")
 
 
@@ -61,3 +63,9 @@ def test_missing_field_is_named():
     del config["intermediate_size"]
     with pytest.raises(ShapeError, match=r"m: config.json has no positive integer 'intermediate_size' \(got None\)"):
         count_shape(config, "m")
+
+
+def test_the_planner_counts_every_family_the_trainer_trains():
+    from training.families import MODEL_TYPES
+
+    assert set(FAMILIES) == set(MODEL_TYPES)

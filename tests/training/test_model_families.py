@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 from training.config import ConfigError, TrainConfig
 from training.loss import IGNORE_INDEX
-from training.model import LOGIT_HEADS, build_model, check_architecture, supported_architecture
+from training.families import MODEL_TYPES, supported_architecture
+from training.model import LOGIT_HEADS, build_model, check_architecture
 
 SHAPE = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, initializer_range=0.5,
@@ -95,7 +96,7 @@ def test_a_tested_family_is_accepted(family):
 
 
 def test_every_accepted_family_has_its_loss_test():
-    assert set(LOGIT_HEADS) == set(FAMILIES)
+    assert set(LOGIT_HEADS) == set(FAMILIES) == set(MODEL_TYPES)
 
 
 def test_a_family_whose_head_is_not_checked_is_refused_in_one_line():
