@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from planning.workload import ModelShape
 
 CONTEXT_FILE = "cdk.context.json"
+# The project's cache: `cdk synth` passes it to the app as context, and a run planned by hand reads it too.
+PROJECT_CONTEXT_FILE = Path(__file__).resolve().parent.parent / CONTEXT_FILE
 KEY_PREFIX = "model-config:"
 # What the planner and the trainer's family checks read; the rest of config.json stays out of the cache.
 CACHED_FIELDS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -42,6 +44,8 @@ def shape_fields(config: dict) -> dict:
 
 
 def _fetch_hub(model: str, revision: str | None) -> dict:
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise OSError("HF_HUB_OFFLINE is set")
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     request = urllib.request.Request(f"{endpoint}/{model}/resolve/{revision or 'main'}/config.json")
     if os.environ.get("HF_TOKEN"):
@@ -71,7 +75,7 @@ def is_local(model: str) -> bool:
 
 
 def lookup(model: str, revision: str | None, context: dict,
-           fetch: Callable[[str, str | None], dict] = _fetch) -> tuple[dict, dict]:
+           fetch: Callable[[str, str | None], dict] | None = None) -> tuple[dict, dict]:
     """The model's shape fields, and the context entries to cache (empty when nothing was looked up).
     ModelConfigError in one line when the config can't be read."""
     if is_local(model):
@@ -79,14 +83,16 @@ def lookup(model: str, revision: str | None, context: dict,
         try:
             return shape_fields(json.loads(path.read_text())), {}
         except (OSError, ValueError) as error:
-            raise ModelConfigError(f"training.model: cannot read {path} ({error}); {HOW_TO_GIVE_IT}") from None
+            raise ModelConfigError(f"--model: cannot read {path} here ({getattr(error, 'strerror', None) or error}); the "
+                                   "planner sizes a local model from its config.json on the machine that plans the run"
+                                   ) from None
     key = context_key(model, revision)
     if key in context:
         return context[key], {}
     try:
-        fields = shape_fields(fetch(model, revision))
+        fields = shape_fields((fetch or _fetch)(model, revision))
     except (OSError, ValueError, urllib.error.URLError) as error:
-        raise ModelConfigError(f"training.model: {model}'s config.json is not cached under {key!r} in "
+        raise ModelConfigError(f"--model: {model}'s config.json is not cached under {key!r} in "
                                f"{CONTEXT_FILE} and could not be looked up ({error}); {HOW_TO_GIVE_IT}") from None
     return fields, {key: fields}
 
@@ -100,16 +106,24 @@ def save(entries: dict, context_file: Path) -> None:
 
 
 def model_shape(model: str, revision: str | None, context: dict,
-                fetch: Callable[[str, str | None], dict] = _fetch) -> tuple["ModelShape", dict]:
+                fetch: Callable[[str, str | None], dict] | None = None) -> tuple["ModelShape", dict]:
     """The planner's shape of `model`: the built-in configurations and their Qwen2.5 hub ids from the table the
     calibration was measured on, any other model counted from its config.json (looked up, or cached in context).
     Returns the shape and the context entries to cache. ModelConfigError / ShapeError in one line otherwise."""
     from planning.families import count_shape
     from planning.workload import MODELS, ModelShape
     from training.config import HUB_ARCHITECTURES
+    from training.families import supported_architecture
 
     known = MODELS.get(HUB_ARCHITECTURES.get(model, model))
     if known is not None:
         return known, {}
     fields, new = lookup(model, revision, context, fetch)
+    refusal = supported_architecture(fields)
+    if refusal:
+        raise ModelConfigError(f"--model: {refusal}")
     return ModelShape(**count_shape(fields, model)), new
+
+
+def project_context() -> dict:
+    return json.loads(PROJECT_CONTEXT_FILE.read_text()) if PROJECT_CONTEXT_FILE.exists() else {}

@@ -73,7 +73,7 @@ def test_local_folder_is_read_in_place(tmp_path):
 
 
 def test_local_folder_without_config_says_how_to_give_it(tmp_path):
-    with pytest.raises(ModelConfigError, match=r"^training.model: cannot read .*config.json .*give a local folder"):
+    with pytest.raises(ModelConfigError, match=r"^--model: cannot read .*config.json here \(No such file or directory\); the planner sizes a local model"):
         lookup(str(tmp_path), None, {}, unreachable)
 
 
@@ -101,7 +101,7 @@ def test_s3_model_read_with_the_users_credentials(monkeypatch):
 def test_s3_model_missing_is_refused_in_one_line(monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     boto3.client("s3").create_bucket(Bucket="models")
-    with pytest.raises(ModelConfigError, match=r"^training.model: s3://models/none's config.json is not cached .*NoSuchKey"):
+    with pytest.raises(ModelConfigError, match=r"^--model: s3://models/none's config.json is not cached .*NoSuchKey"):
         lookup("s3://models/none", None, {})
 
 
