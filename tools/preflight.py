@@ -187,6 +187,13 @@ def stack_log_group_names(cluster_name: str) -> list[str]:
     return [f"/aws/eks/{cluster_name}/cluster", *log_group_names(cluster_name)]
 
 
+# The stack states from which `cdk deploy` creates every resource anew, none of the stack's own left
+# (aws-cdk CLI 2.1148: a stack in ROLLBACK_COMPLETE failed its creation and is deleted and re-created,
+# StackStatus.isCreationFailure; one in REVIEW_IN_PROGRESS holds no resource and counts as absent): a
+# leftover group fails that create as it fails a first one.
+STACK_STATUSES_CREATED_AFRESH = frozenset({"DELETE_COMPLETE", "ROLLBACK_COMPLETE", "REVIEW_IN_PROGRESS"})
+
+
 def check_leftover_log_groups(logs, cloudformation, s: Settings) -> Check:
     """A log group of a fixed name that outlived its stack makes CloudFormation's create of it fail
     (AlreadyExists) and roll back the first deploy; one left by a destroyed stack's Fluent Bit may even
@@ -195,7 +202,7 @@ def check_leftover_log_groups(logs, cloudformation, s: Settings) -> Check:
 
     try:
         stacks = cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"]
-        if any(stack["StackStatus"] != "DELETE_COMPLETE" for stack in stacks):
+        if any(stack["StackStatus"] not in STACK_STATUSES_CREATED_AFRESH for stack in stacks):
             return Check("leftover log groups", PASS, f"stack {s.stack_name} exists: its log groups are its own")
     except ClientError as error:
         if "does not exist" not in str(error):

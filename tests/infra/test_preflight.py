@@ -552,3 +552,20 @@ def test_the_groups_of_a_stack_that_exists_are_its_own(aws):
     boto3.client("cloudformation", region_name="us-east-2").create_stack(
         StackName="EksFsdpEfa", TemplateBody='{"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}')
     assert _leftover_check() == Check("leftover log groups", PASS, "stack EksFsdpEfa exists: its log groups are its own")
+
+
+@pytest.mark.parametrize("status", ["ROLLBACK_COMPLETE", "REVIEW_IN_PROGRESS"])
+def test_a_stack_the_cli_creates_anew_owns_no_log_group(aws, status):
+    # The aws-cdk CLI deletes a ROLLBACK_COMPLETE stack and re-creates it (deploy-stack: "Found existing stack
+    # ... that had previously failed creation. Deleting it before attempting to re-create it."), and treats a
+    # REVIEW_IN_PROGRESS stack as absent: a group of that name then fails the create.
+    boto3.client("logs", region_name="us-east-2").create_log_group(logGroupName="/aws/eks/EksFsdpEfa/cluster")
+    cloudformation = boto3.client("cloudformation", region_name="us-east-2")
+    stub = Stubber(cloudformation)
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "EksFsdpEfa", "StackStatus": status,
+        "CreationTime": datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)}]}, {"StackName": "EksFsdpEfa"})
+    stub.activate()
+    check = preflight.check_leftover_log_groups(boto3.client("logs", region_name="us-east-2"), cloudformation, settings())
+    assert (check.verdict, check.reason) == (
+        FAIL, "/aws/eks/EksFsdpEfa/cluster left by an earlier stack EksFsdpEfa: the deploy would fail creating it")
