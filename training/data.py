@@ -14,10 +14,11 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
+import itertools
 import json
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -122,6 +123,16 @@ def _text_parts(content) -> bool:
         isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content)
 
 
+def _other_part(content) -> str | None:
+    """The type of the first part that is not text (an image, audio) in a list of content parts."""
+    if not isinstance(content, list):
+        return None
+    for part in content:
+        if isinstance(part, dict) and part.get("type") not in (None, "text"):
+            return str(part["type"])
+    return None
+
+
 def _message(raw, record: dict) -> dict:
     """One chat message, as the template will see it: every field it carries (tool_calls, name,
     tool_call_id...), and content that is a string, None on an assistant turn that calls tools, or a
@@ -131,6 +142,10 @@ def _message(raw, record: dict) -> dict:
         raise DataError(f"--messages-field: a message is not a {{role, content}} object in record {_preview(record)}")
     content = message.get("content")
     calls_tools = message["role"] == "assistant" and bool(message.get("tool_calls"))
+    other = _other_part(content)
+    if other is not None:
+        raise DataError(f"--messages-field: a {message['role']} message holds a {other!r} part; this trainer learns "
+                        f"text only (remove the record or its non-text parts); record {_preview(record)}")
     if not (isinstance(content, str) or (content is None and calls_tools) or _text_parts(content)):
         raise DataError(f"--messages-field: a {message['role']} message's content must be a string, a list of "
                         f"text parts, or null on an assistant turn with tool_calls; record {_preview(record)}")
@@ -172,6 +187,24 @@ def record_tools(record: dict, fmt: DataFormat) -> list | None:
 
 
 REPLY_MARKER = "\ue000REPLY\ue000"  # a private-use character: no real reply holds it
+
+
+def template_renders_parts(tokenizer, template: str | None = None) -> bool:
+    """Whether the template renders content given as a list of text parts. Templates written for strings
+    either fail on a list (Qwen2.5's: "can only concatenate str (not list)") or render it as nothing
+    (Qwen3's `content is string` branch): tried with a marker as the only part."""
+    probe = [{"role": "user", "content": [{"type": "text", "text": REPLY_MARKER}]}]
+    try:
+        return REPLY_MARKER in _render(tokenizer, probe, None, template)
+    except Exception:  # the template's own failure on a list: it expects a string
+        return False
+
+
+def joined_parts(messages: list[dict]) -> list[dict]:
+    """Text parts joined into one string per message, for a template that expects a string; joined with a
+    newline, as vLLM serves such a template (its "string" content format, chat_utils.py)."""
+    return [{**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
+            for m in messages]
 
 
 def _render(tokenizer, messages: list[dict], tools, template: str | None = None, **kwargs) -> str:
@@ -236,6 +269,9 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     if not fmt.default_system_prompt and any(chats) and adds_default_system_prompt(tokenizer, fmt.chat_template):
         chats = [[{"role": "system", "content": ""}] + chat if chat and chat[0]["role"] != "system" else chat
                  for chat in chats]
+    if any(chat and any(isinstance(m["content"], list) for m in chat) for chat in chats) \
+            and not template_renders_parts(tokenizer, fmt.chat_template):
+        chats = [joined_parts(chat) if chat else chat for chat in chats]
     tools = [record_tools(r, fmt) if chat is not None else None for r, chat in zip(records, chats)]
     texts = []
     for record, chat, offered in zip(records, chats, tools):
@@ -253,9 +289,17 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
         except Exception as error:  # the template's own refusal (jinja raise_exception, a missing key)
             raise DataError(f"--data: the chat template cannot render record {_preview(record)}: "
                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
-    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    # Plain text gets the tokenizer's own special tokens (a BOS for Llama, Mistral, Gemma; none for Qwen), as
+    # TRL tokenizes it; a rendered chat already holds the template's (its bos_token), so none is added again.
+    encoded = [None] * len(texts)
+    for plain in (True, False):
+        which = [i for i, chat in enumerate(chats) if (chat is None) == plain]
+        if which:
+            batch = tokenizer([texts[i] for i in which], add_special_tokens=plain, return_offsets_mapping=True)
+            for i, ids, offsets in zip(which, batch["input_ids"], batch["offset_mapping"]):
+                encoded[i] = (ids, offsets)
     documents = []
-    for chat, offered, text, ids, offsets in zip(chats, tools, texts, encoded["input_ids"], encoded["offset_mapping"]):
+    for chat, offered, text, (ids, offsets) in zip(chats, tools, texts, encoded):
         if chat is not None and fmt.assistant_only_loss:
             spans = assistant_spans(chat, tokenizer, text, offered, fmt.chat_template)
             learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
@@ -442,32 +486,49 @@ def _hub_filesystem(repo: str, revision: str | None = None):
     return HfFileSystem(), f"datasets/{repo}" + (f"@{quote(revision, safe='')}" if revision else "")
 
 
-def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
-    """The split's file patterns from a dataset card's YAML `configs`: the one named `config`, else the
-    default config, else the first; None when the card declares none (and no config is asked for)."""
+def card_config(readme: str, config: str | None = None) -> dict | None:
+    """The config a dataset card's YAML `configs` declares under that name; with no name, the default one
+    (marked `default: true`, or named "default"), or the only one; None when the card declares none.
+    Several and none the default: refused, as the datasets library refuses ("Config name is missing")."""
     import yaml
 
     match = re.match(r"---\n(.*?)\n---", readme, re.S)
     configs = ((yaml.safe_load(match.group(1)) or {}).get("configs") or []) if match else []
+    names = [c.get("config_name", "default") for c in configs]
     if config is not None:
-        names = [c.get("config_name", "default") for c in configs]
         if config not in names:
             raise DataError(f"--data: no config {config!r} in this dataset's card "
                             f"({'configs: ' + ', '.join(names) if names else 'it declares none'})")
-        chosen = configs[names.index(config)]
-    elif not configs:
+        return configs[names.index(config)]
+    if not configs:
         return None
-    else:
-        chosen = next((c for c in configs if c.get("default") or c.get("config_name") == "default"), configs[0])
-    data_files = chosen.get("data_files")
+    defaults = [c for c, name in zip(configs, names) if c.get("default") or name == "default"]
+    if defaults:
+        return defaults[0]
+    if len(configs) == 1:
+        return configs[0]
+    raise DataError(f"--data: this dataset has several configs and none is the default; name one as "
+                    f"hf:<repo>:<config>:<split> (configs: {', '.join(names)})")
+
+
+def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
+    """The split's file patterns from the card's config (card_config); None when the card declares none."""
+    chosen = card_config(readme, config)
+    if chosen is None:
+        return None
+    data_files, data_dir = chosen.get("data_files"), (chosen.get("data_dir") or "").strip("/")
+    if data_files is None and data_dir:
+        return None  # the folder's files, split by name (hub_data_files)
     if isinstance(data_files, (str, list)) and not (isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)):
-        return ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
-    patterns = []
-    for entry in data_files or []:
-        if entry.get("split") == split:
-            path = entry.get("path")
-            patterns.extend([path] if isinstance(path, str) else path)
-    return patterns
+        patterns = ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
+    else:
+        patterns = []
+        for entry in data_files or []:
+            if entry.get("split") == split:
+                path = entry.get("path")
+                patterns.extend([path] if isinstance(path, str) else path)
+    # With both, the datasets library reads data_files inside data_dir.
+    return [f"{data_dir}/{p}" for p in patterns] if data_dir else patterns
 
 
 def split_of(path: str) -> str | None:
@@ -486,7 +547,14 @@ def hub_data_files(files: list[str], readme: str | None, split: str, config: str
     if config is not None and not readme:
         raise DataError(f"--data: no config {config!r}: this dataset has no card declaring configs")
     patterns = configured_data_files(readme, split, config) if readme else None
-    if patterns is not None:
+    data_dir = (card_config(readme, config) or {}).get("data_dir") if readme and patterns is None else None
+    if data_dir:
+        # A config given as a folder: its files, split by their names as in a dataset with no card.
+        folder = data_dir.strip("/") + "/"
+        data = [f[len(folder):] for f in data if f.startswith(folder)]
+        chosen = [f for f in data if split_of(f) == split] if any(split_of(f) for f in data) else (data if split == "train" else [])
+        chosen = [folder + f for f in chosen]
+    elif patterns is not None:
         chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]
     elif any(split_of(f) for f in data):
         chosen = [f for f in data if split_of(f) == split]
@@ -553,7 +621,7 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
 
     shuffle_seed: the records are shuffled across files and blocks before packing, the same way on
     every execution of the dataset and every cluster size (so a resumed run replays the order it had;
-    every epoch has this order, re-permuted per worker in windows: dataset_batches); None keeps file order.
+    every epoch has this order, re-permuted in windows: epoch_rows); None keeps file order.
     """
     records = read_source(path)
     if shuffle_seed is not None:
@@ -570,51 +638,106 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
     )
 
 
-# In a Ray Train worker, iter_torch_batches puts batches on the worker's GPU by default (device "auto",
-# ray/data/iterator.py). The trainer counts their tokens and targets on the host (train_step, DataCounts): read
-# from the GPU, each count would wait for the previous step's queued work. On the host they cost no sync.
-HOST_BATCHES = {"device": "cpu"}
+# ---------------------------------------------------------------- the data plan: which worker reads which block
+#
+# Ray Train does not split these datasets (train.fit: DataConfig(datasets_to_split=[])): its split is
+# equal=True (ray/train/_internal/data_config.py), which drops blocks to give every worker as many, and
+# depends on the world size. Every worker reads the whole stream instead and keeps its own share.
 
 
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """The seed of a worker's block order in one epoch: every epoch and worker its own, each reproducible."""
-    digest = hashlib.blake2b(f"{seed}/{epoch}/{rank}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big")
+def epoch_rows(windows: Iterable[dict[str, np.ndarray]], shuffle_seed: int | None, epoch: int) -> Iterator[dict]:
+    """One epoch's blocks, one at a time. The stream comes in windows of SHUFFLE_WINDOW_BLOCKS blocks (the
+    last one shorter); with shuffle_seed each window is permuted by a generator seeded by (seed, epoch,
+    window): a new order every epoch, the same on every worker, every world size and every replay."""
+    for index, window in enumerate(windows):
+        size = len(next(iter(window.values())))
+        order = range(size) if shuffle_seed is None else \
+            np.random.default_rng([shuffle_seed, epoch, index]).permutation(size)
+        for i in order:
+            yield {k: v[i] for k, v in window.items()}
 
 
-def dataset_batches(shard, micro_batch: int, position: int = 0, shuffle_seed: int | None = None,
-                    rank: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-    """Micro-batches from a worker's Ray Data shard, skipping `position` already consumed; epochs repeat.
+def _stacked(rows: list[dict]) -> dict[str, np.ndarray]:
+    return {k: np.stack([row[k] for row in rows]) for k in rows[0]}
 
-    With shuffle_seed, each epoch reorders the blocks within windows of SHUFFLE_WINDOW_BLOCKS, seeded by
-    (seed, epoch, rank): a new order every epoch, the same one when a resumed run replays it.
-    The batches stay on the host (HOST_BATCHES), pinned where there is a GPU to copy them to without waiting.
-    """
+
+def worker_share(rows: Iterable[dict], micro_batch: int, rank: int, world: int) -> Iterator[dict[str, np.ndarray]]:
+    """Training: the rows taken world x micro_batch at a time (a global micro-batch), rank r keeping rows
+    r*B ... r*B+B-1 of each; an incomplete last one is left out. One worker with micro-batch W*B thus
+    reads exactly the union of what W workers with micro-batch B read, step by step."""
+    group: list[dict] = []
+    for row in rows:
+        group.append(row)
+        if len(group) == world * micro_batch:
+            yield _stacked(group[rank * micro_batch:(rank + 1) * micro_batch])
+            group = []
+
+
+def validation_share(rows: Iterable[dict], micro_batch: int, rank: int, world: int,
+                     limit: int) -> tuple[list[dict[str, np.ndarray]], bool]:
+    """Validation: the rows in micro-batches (the last one possibly short), rank r keeping every world-th
+    from the r-th, so every block is evaluated exactly once over the workers whatever their number; at most
+    `limit` micro-batches a worker. Also whether the pass is whole (no micro-batch left out by the limit)."""
+    mine, group, index = [], [], 0
+    for row in itertools.chain(rows, [None]):
+        if row is not None:
+            group.append(row)
+        if group and (len(group) == micro_batch or row is None):
+            if index == limit * world:
+                return mine, False
+            if index % world == rank:
+                mine.append(_stacked(group))
+            group, index = [], index + 1
+    return mine, True
+
+
+def evaluated_counts(batches: list[dict]) -> dict[str, int]:
+    """What a list of validation micro-batches holds: blocks (not padding), documents (a position 0 among a
+    block's real tokens starts one) and target tokens."""
+    counts = {"blocks": 0, "documents": 0, "targets": 0}
+    for batch in batches:
+        labels, positions, real = (np.asarray(batch[k]) for k in ("labels", "position_ids", "real_tokens"))
+        for row in range(len(real)):
+            counts["blocks"] += int(real[row] > 0)
+            counts["documents"] += int((positions[row, :real[row]] == 0).sum())
+        counts["targets"] += int((labels != IGNORE_INDEX).sum())
+    return counts
+
+
+def host_tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """A micro-batch as tensors on the host: the trainer counts its tokens and targets there (train_step,
+    DataCounts), where a GPU tensor would wait for the previous step's queued work; pinned where there
+    is a GPU to copy them to without waiting."""
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
+    return {k: v.pin_memory() for k, v in tensors.items()} if torch.cuda.is_available() else tensors
+
+
+def _windows(dataset) -> Iterator[dict[str, np.ndarray]]:
+    return dataset.iter_batches(batch_size=SHUFFLE_WINDOW_BLOCKS, batch_format="numpy")
+
+
+def dataset_batches(dataset, micro_batch: int, position: int = 0, shuffle_seed: int | None = None,
+                    rank: int = 0, world: int = 1) -> Iterator[dict[str, torch.Tensor]]:
+    """This worker's training micro-batches from the whole stream (a Ray DataIterator), skipping the
+    `position` it already consumed; epochs repeat, each in its own order (epoch_rows, worker_share)."""
     consumed, epoch = 0, 0
     while True:
         produced = False
-        shuffle = {} if shuffle_seed is None else {"local_shuffle_buffer_size": SHUFFLE_WINDOW_BLOCKS,
-                                                   "local_shuffle_seed": epoch_seed(shuffle_seed, epoch, rank)}
-        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True, **HOST_BATCHES,
-                                              pin_memory=torch.cuda.is_available(), **shuffle):
+        for batch in worker_share(epoch_rows(_windows(dataset), shuffle_seed, epoch), micro_batch, rank, world):
             produced = True
-            if consumed < position:
-                consumed += 1
-                continue
             consumed += 1
-            yield batch
+            if consumed > position:
+                yield host_tensors(batch)
         if not produced:
             raise RuntimeError("--data: the dataset yields no full micro-batch; use more text or a smaller --seq-len/--micro-batch")
         epoch += 1
 
 
-def dataset_pass(shard, micro_batch: int, limit: int) -> list[dict[str, torch.Tensor]]:
-    """One pass over a worker's shard, at most `limit` micro-batches, the last one possibly short:
-    every block counted once (validation)."""
-    import itertools
-
-    return list(itertools.islice(shard.iter_torch_batches(batch_size=micro_batch, drop_last=False, **HOST_BATCHES),
-                                 limit))
+def dataset_pass(dataset, micro_batch: int, limit: int, rank: int = 0,
+                 world: int = 1) -> tuple[list[dict[str, torch.Tensor]], bool]:
+    """This worker's share of one pass over the validation stream (validation_share), as host tensors."""
+    mine, whole = validation_share(epoch_rows(_windows(dataset), None, 0), micro_batch, rank, world, limit)
+    return [host_tensors(batch) for batch in mine], whole
 
 
 def empty_batch(seq_len: int) -> dict[str, torch.Tensor]:
