@@ -487,10 +487,27 @@ def real_datasets(cfg: TrainConfig) -> dict:
     return datasets
 
 
+def check_hub_positions(cfg: TrainConfig) -> None:
+    """--seq-len against the positions of a Hub model the trainer does not know (its config.json, the one
+    file read here), before Ray starts: past them, the model would run on positions it never learned.
+    Built-in models, known Hub ids and local folders are checked by the config's own rules."""
+    from training.config import _HUB_ID, HUB_ARCHITECTURES
+
+    if _HUB_ID.fullmatch(cfg.model) is None or cfg.model in HUB_ARCHITECTURES:
+        return
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(cfg.model, revision=cfg.model_revision, cache_dir=cfg.cache_dir),
+                        "max_position_embeddings", None)
+    if positions and cfg.seq_len > positions:
+        raise ConfigError(f"--seq-len: {cfg.seq_len} exceeds {cfg.model}'s {positions} positions (max_position_embeddings)")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
         check_inputs(cfg)
+        check_hub_positions(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
