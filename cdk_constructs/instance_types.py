@@ -1,12 +1,12 @@
 """Instance types as the infrastructure uses them: EFA interfaces, pod resources, vCPU quotas.
 
-The table itself (GPUs, vCPUs, memory, network, EFA interfaces, prices) is training/hardware.py,
-shared with the trainer, which plans its sharding layouts from the same figures.
+The table itself (GPUs, vCPUs, memory, network, EFA interfaces, prices) is planning/hardware.py,
+shared with the planner, which plans the sharding layouts from the same figures.
 """
 
 from __future__ import annotations
 
-from training.hardware import INSTANCE_TYPES, PRICES_AS_OF, InstanceSpec
+from planning.hardware import INSTANCE_TYPES, PRICES_AS_OF, InstanceSpec
 
 __all__ = ["INSTANCE_TYPES", "PRICES_AS_OF", "InstanceSpec", "EKS_CONTROL_PLANE_USD_PER_HOUR", "NAT_GATEWAY_USD_PER_HOUR"]
 

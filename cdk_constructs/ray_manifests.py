@@ -37,35 +37,47 @@ def digest(value: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
-def _imported_trainer_modules(source: str) -> set[str]:
-    """Names of the trainer package's modules that a module imports (any scope)."""
+# Until the synth resolves auto for the pod, the trainer still imports the planner: it ships beside it.
+SHIPPED_PACKAGES = (TRAINER_PACKAGE, "planning")
+
+
+def _imported_modules(source: str, package: str) -> set[str]:
+    """Names of a package's modules that a module imports (any scope)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             head, _, rest = node.module.partition(".")
-            if head == TRAINER_PACKAGE:
+            if head == package:
                 found |= {rest.split(".")[0]} if rest else {alias.name for alias in node.names}
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(TRAINER_PACKAGE + ".")}
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(package + ".")}
     return found
+
+
+def _imported_trainer_modules(source: str) -> set[str]:
+    """Names of the trainer package's modules that a module imports (any scope)."""
+    return _imported_modules(source, TRAINER_PACKAGE)
 
 
 def trainer_files(package_dir: Path, entry: str = TRAINER_ENTRY) -> dict[str, str]:
     """The trainer as it runs in the pods: the entry module and every package module it imports,
     by path relative to the package's parent. Tools beside it (the GPU benchmark) stay out, so
     editing them rolls no RayCluster."""
-    wanted, files = [Path(entry).stem], {}
+    root = package_dir.parent
+    packages = (package_dir.name, *(p for p in SHIPPED_PACKAGES if p != TRAINER_PACKAGE))
+    wanted, files = [(package_dir.name, Path(entry).stem)], {}
     while wanted:
-        module = wanted.pop()
-        path = package_dir / f"{module}.py"
-        key = str(path.relative_to(package_dir.parent))
+        package, module = wanted.pop()
+        path = root / package / f"{module}.py"
+        key = str(path.relative_to(root))
         if key in files or not path.is_file():
             continue
         files[key] = path.read_text()
-        wanted += sorted(_imported_trainer_modules(files[key]))
-    init = package_dir / "__init__.py"
-    if init.is_file():
-        files[str(init.relative_to(package_dir.parent))] = init.read_text()
+        wanted += sorted((p, m) for p in packages for m in _imported_modules(files[key], p))
+    for package in {key.split("/")[0] for key in files}:
+        init = root / package / "__init__.py"
+        if init.is_file():
+            files[str(init.relative_to(root))] = init.read_text()
     return dict(sorted(files.items()))
 
 

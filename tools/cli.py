@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stacks.settings import Settings, SettingsError, settings_from_files
+from stacks.context import settings_from_files
+from stacks.settings import Settings, SettingsError
 
 
 class OneLineParser(argparse.ArgumentParser):

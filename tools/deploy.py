@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stacks.settings import Settings, SettingsError, access_entry_principal
+from stacks.settings import Settings, SettingsError
+from stacks.validation import access_entry_principal
 from tools.cli import parse, tool_parser
 
 

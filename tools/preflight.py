@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 
 from cdk_constructs.instance_types import INSTANCE_TYPES, VCPU_QUOTA_CODES, vcpu_quota_class
-from stacks.settings import EKS_CREATABLE_VERSIONS, Settings
+from stacks.settings import Settings
+from stacks.validation import EKS_CREATABLE_VERSIONS
 from tools.cli import parse, tool_parser
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"

@@ -65,9 +65,11 @@ def _manifests(template: dict, kind: str) -> list[dict]:
 
 def _job_plan(template: dict):
     """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
-    (training.plan), with what auto picks applied as the trainer applies it; or None."""
+    (planning.plan), with what auto picks applied as the trainer applies it; or None."""
     from training.config import ConfigError, HUB_ARCHITECTURES, parse_args, resolve_auto
-    from training.plan import MODELS, Layout, Workload, choose, cluster_of, estimate
+    from planning.search import choose
+    from planning.timing import estimate
+    from planning.workload import MODELS, Layout, Workload, cluster_of
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
@@ -92,18 +94,18 @@ def _job_plan(template: dict):
 
 
 def training_estimate(template: dict):
-    """(the training.plan line, its Estimate) for the RayJob's entrypoint on these nodes, or None."""
-    from training.plan import summary_line
+    """(the planning.plan line, its Estimate) for the RayJob's entrypoint on these nodes, or None."""
+    from planning.plan import summary_line
 
     found = _job_plan(template)
     if found is None:
         return None
     model, work, cluster, chosen, _ = found
-    return "training: " + summary_line(model, work, cluster, chosen) + " (python -m training.plan for every layout)", chosen
+    return "training: " + summary_line(model, work, cluster, chosen) + " (python -m planning.plan for every layout)", chosen
 
 
 def training_plan_line(template: dict) -> str | None:
-    """What the RayJob's trainer will do on these nodes (training.plan), from the template's own entrypoint."""
+    """What the RayJob's trainer will do on these nodes (planning.plan), from the template's own entrypoint."""
     found = training_estimate(template)
     return found[0] if found else None
 
@@ -115,8 +117,8 @@ def training_auto_line(template: dict) -> str | None:
 
 
 def training_batch_line(template: dict) -> str | None:
-    """The smallest batch that keeps the links at most 10% of the step (training.plan), for the RayJob's job."""
-    from training.plan import batch_line
+    """The smallest batch that keeps the links at most 10% of the step (planning.plan), for the RayJob's job."""
+    from planning.search import batch_line
 
     found = _job_plan(template)
     return batch_line(*found[:4]) if found else None

@@ -16,7 +16,7 @@ ServiceAccounts and the objects KubeRay derives as YAML files, and with --run ru
   makes it itself (SA_TOKEN).
 
 Other checkov findings are listed, not refused. The extraction and the gate are pure functions of
-the template and of checkov's JSON report (tests/test_scan.py); only `run_checkov` runs checkov.
+the template and of checkov's JSON report (tests/infra/test_scan.py); only `run_checkov` runs checkov.
 """
 
 from __future__ import annotations

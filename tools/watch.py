@@ -157,6 +157,12 @@ def follow_teardown(api, s: Settings, namespace: str, job_name: str, poll_s: int
           "make watch looks again", flush=True)
 
 
+def teardown_wait_seconds(s: Settings) -> int:
+    """How long to follow the teardown by default: KubeRay deletes the RayCluster ttl_seconds_after_finished
+    after the job, the autoscaler removes an idle node after its scale-down delay (minutes), plus 10 minutes."""
+    return s.training.ttl_seconds_after_finished + 60 * s.gpu_scale_down_delay_minutes + 600
+
+
 def node_groups(session, cluster_name: str, region: str) -> list[tuple[str, str, int]]:
     """(role label, instance type, instances running) of each node group of the cluster: the groups from
     the EKS API, their instances from EC2 by the tags EKS puts on them (eks:cluster-name, eks:nodegroup-name),
@@ -288,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                                progress_reporter(api, s, namespace))
         code = 0 if succeeded else 1
         if job_is_over(api, namespace, job):
-            after = (args.teardown_timeout
-                     or s.training.ttl_seconds_after_finished + 60 * s.gpu_scale_down_delay_minutes + 600)
+            after = args.teardown_timeout or teardown_wait_seconds(s)
             follow_teardown(api, s, namespace, job, args.poll, after)
     except NoCredentialsError:
         print("error: no AWS credentials found; run `aws configure` or `aws sso login` first", file=sys.stderr)

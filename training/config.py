@@ -1,7 +1,7 @@
 """Run settings of the trainer: one dataclass, its command line, and its validation.
 
 `validate` is pure and offline: `cdk synth` runs it on the RayJob's exact entrypoint, so a value
-the trainer would refuse on the cluster is refused at synth. `check_inputs` looks for the model
+the trainer would refuse on the cluster is refused at synth. training/inputs.py looks for the model
 and data where they live, on the machine that starts the run, before Ray starts.
 """
 
@@ -13,7 +13,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from training.hardware import INSTANCE_TYPES
+from planning.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
@@ -30,7 +30,7 @@ SHARDINGS = ("auto", "full", "hybrid")
 # so memory and recomputation both land halfway between none and full, predictably for the planner.
 RECOMPUTATION = ("none", "selective", "full")
 SELECTIVE_EVERY = 2
-# --micro-batch auto and --activation-checkpointing auto: training.plan picks them (resolve_auto).
+# --micro-batch auto and --activation-checkpointing auto: planning.plan picks them (resolve_auto).
 AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
@@ -61,7 +61,7 @@ MAX_SEQ_LEN = 131072
 MAX_LOSS_CHUNK_TOKENS = 1 << 20
 # Paths and URIs reach a shell command line (the RayJob entrypoint): no spaces, quotes, $, ;, |, &, `.
 _PATH_CHARS = re.compile(r"[A-Za-z0-9._/:=@+,~-]+")
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9_.-]{1,96}")
 # hf:org/name[@revision][[:config]:split] or hf:/folder[:split]; training.data reads the same spec. A
 # config comes only before a split (hf:org/name:config:split), so hf:org/name:split keeps its meaning.
 HF_DATA_SPEC = re.compile(r"hf:(?P<repo>[^:@]+?)(?:@(?P<revision>[A-Za-z0-9][\w./-]{0,127}))?"
@@ -77,7 +77,7 @@ class ConfigError(ValueError):
 
 
 class PlanError(ConfigError):
-    """Options that are each valid but that training.plan refuses together: the run does not fit, or auto cannot
+    """Options that are each valid but that planning.plan refuses together: the run does not fit, or auto cannot
     plan it. Raised after every other check, so a value that is wrong in itself is named first."""
 
 
@@ -94,7 +94,7 @@ class TrainConfig:
     seq_len: int = 512
     """Tokens per sequence."""
     micro_batch: int | str = 4
-    """Sequences per worker per forward/backward, or auto: training.plan's fastest split of each worker's share
+    """Sequences per worker per forward/backward, or auto: planning.plan's fastest split of each worker's share
     of --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape)."""
     grad_accum: int = 1
     """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
@@ -113,7 +113,7 @@ class TrainConfig:
     """Gradient-norm clip (0 disables)."""
     activation_checkpointing: str = "none"
     """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
-    selective (every second layer: half of each); or auto (training.plan's fastest that fits, as for
+    selective (every second layer: half of each); or auto (planning.plan's fastest that fits, as for
     --micro-batch auto). The old boolean form still works: the bare flag is full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
@@ -124,7 +124,7 @@ class TrainConfig:
     Off: they stay gathered through backward and through all of a step's micro-batches."""
     sharding: str = "auto"
     """full (FSDP over every GPU), hybrid (shard within a node, replicate across nodes: only one
-    gradient all-reduce per step crosses nodes), or auto (what training.plan says is fastest and fits)."""
+    gradient all-reduce per step crosses nodes), or auto (what planning.plan says is fastest and fits)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
     attention: str = "auto"
@@ -132,7 +132,7 @@ class TrainConfig:
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
     data on GPU, sdpa otherwise (docs/benchmarks.md)."""
     instance_type: str | None = None
-    """The nodes' EC2 instance type (training/hardware.py), for --sharding auto's estimate of the links."""
+    """The nodes' EC2 instance type (planning/hardware.py), for --sharding auto's estimate of the links."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
@@ -260,7 +260,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.attention in ATTENTIONS, f"--attention: {c.attention!r} must be one of {', '.join(ATTENTIONS)}")
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
     require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
-            f"--instance-type: {c.instance_type!r} is not in training/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
+            f"--instance-type: {c.instance_type!r} is not in planning/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
@@ -307,7 +307,7 @@ def validate(c: TrainConfig) -> TrainConfig:
         require(c.chat_template.endswith(TEMPLATE_SUFFIXES),
                 f"--chat-template: {c.chat_template!r} must be a {'/'.join(TEMPLATE_SUFFIXES)} file or a Hub model id (org/name)")
     elif c.chat_template is not None:
-        require(_HUB_ID.fullmatch(c.chat_template) is not None and "--" not in c.chat_template,
+        require(HUB_ID.fullmatch(c.chat_template) is not None and "--" not in c.chat_template,
                 f"--chat-template: {c.chat_template!r} must be a {'/'.join(TEMPLATE_SUFFIXES)} file or a Hub model id (org/name)")
     require(0 <= c.lora_rank <= MAX_LORA_RANK, f"--lora-rank: {c.lora_rank} must be between 0 (full fine-tuning) "
             f"and {MAX_LORA_RANK}")
@@ -365,9 +365,9 @@ _OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "non
 
 
 def _planned(c: TrainConfig):
-    """(model shape, cluster) of the run where training.plan knows both: a known instance type and model, whole
+    """(model shape, cluster) of the run where planning.plan knows both: a known instance type and model, whole
     nodes of workers (or fewer workers than one node's GPUs); else None."""
-    from training.plan import MODELS, cluster_of
+    from planning.workload import MODELS, cluster_of
 
     spec = INSTANCE_TYPES.get(c.instance_type or "")
     model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
@@ -379,8 +379,9 @@ def _planned(c: TrainConfig):
 
 def _validate_fit(c: TrainConfig) -> None:
     """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
-    (training.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
-    from training.plan import SHARDINGS as LAYOUT_SHARDINGS, Workload, fit_error
+    (planning.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
+    from planning.search import fit_error
+    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
 
     planned = _planned(c)
     if planned is None:
@@ -396,19 +397,20 @@ def _validate_fit(c: TrainConfig) -> None:
 
 
 def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
-    """The run's options with auto micro-batch and recomputation replaced by training.plan's pick, and the line
+    """The run's options with auto micro-batch and recomputation replaced by planning.plan's pick, and the line
     that says what it picked and why (None when neither is auto). The pick is the fastest that fits (layout,
     micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
     per step stay --batch-tokens / (--workers x --seq-len), so the optimisation does not change. PlanError (one
     line naming the option to change) when auto cannot plan the run or nothing fits."""
-    from training.plan import SHAPE_OPTIONS, SHARDINGS as LAYOUT_SHARDINGS, Workload, auto_line, choose, fit_error
+    from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
+    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
 
     free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
     if not free:
         return c, None
     planned = _planned(c)
     if planned is None:
-        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (training/hardware.py), whole nodes of "
+        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
                         f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} or "
                         f"their Qwen/Qwen2.5 hub ids); set {' and '.join(_flag(o) for o in free)} instead")
     model, cluster = planned
@@ -434,7 +436,7 @@ def _validate_data(option: str, value: str) -> None:
         match = HF_DATA_SPEC.fullmatch(value)
         repo = match.group("repo") if match else ""
         local = repo.startswith(("/", "./", "../", "~"))
-        if match is None or not (local or (_HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
+        if match is None or not (local or (HUB_ID.fullmatch(repo) and "--" not in repo and ".." not in repo)):
             raise ConfigError(f"{option}: {value!r} must be {HF_SPEC_FORMS} "
                               "(a revision, config or split is letters, digits, '_', '.', '-')")
         if local and (match.group("revision") or match.group("config")):
@@ -455,7 +457,7 @@ def _validate_model(model: str) -> None:
     if model.startswith(("s3://", "/", "./", "../", "~", "file://")):
         _validate_location("--model", model)
         return
-    if _HUB_ID.fullmatch(model) is None or "--" in model or ".." in model:
+    if HUB_ID.fullmatch(model) is None or "--" in model or ".." in model:
         raise ConfigError(f"--model: {model!r} is not a built-in ({', '.join(BUILTIN_MODELS)}), a hub id org/name, "
                           "a path (/..., ./...) or s3://bucket/prefix")
 
@@ -476,73 +478,6 @@ def _validate_location(option: str, value: str, remote: bool = True) -> None:
                           "(3-63 lower-case letters, digits, '.' or '-')")
     if scheme == "file" and not value.startswith("file:///"):
         raise ConfigError(f"{option}: {value!r} must be an absolute file:///path")
-
-
-def check_inputs(c: TrainConfig) -> None:
-    """Before Ray starts: the model and data exist where the options say, with a one-line error if not.
-
-    Local paths are looked at on this machine (the driver: the head pod on the cluster, where
-    pod paths are the same as on the workers), s3:// URIs with the machine's credentials.
-    Hub ids are left to the download, which names what is missing.
-    """
-    from pathlib import Path
-
-    def local(value: str) -> Path:
-        return Path(value.removeprefix("file://")).expanduser()
-
-    if c.model not in BUILTIN_MODELS and not c.model.startswith("s3://") and _HUB_ID.fullmatch(c.model) is None:
-        folder = local(c.model)
-        if not (folder / "config.json").is_file():
-            raise ConfigError(f"--model: {c.model!r} is not a folder with a config.json (a saved Hugging Face model)")
-        max_positions = _local_max_positions(folder)
-        if max_positions and c.seq_len > max_positions:
-            raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
-    if c.model.startswith("s3://"):
-        _check_s3("--model", c.model.rstrip("/") + "/config.json")
-    elif c.lora_rank and _HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here
-        from training.model import lora_config, model_config
-
-        lora_config(c, model_config(c))  # the named target modules exist
-    if c.chat_template is not None and chat_template_is_file(c.chat_template):
-        if c.chat_template.startswith("s3://"):
-            _check_s3("--chat-template", c.chat_template)
-        elif not local(c.chat_template).is_file():
-            raise ConfigError(f"--chat-template: {c.chat_template!r} is not a file on this machine")
-    for option, value in (("--data", c.data), ("--val-data", c.val_data)):
-        if value is None or value in SYNTHETIC_DATA:
-            continue
-        if value.startswith("s3://"):
-            _check_s3(option, value)
-            continue
-        path = HF_DATA_SPEC.fullmatch(value).group("repo") if value.startswith("hf:") else value
-        if value.startswith("hf:") and not path.startswith(("/", "./", "../", "~")):
-            continue  # a Hub id: listing it names what is missing
-        if not local(path).exists():
-            raise ConfigError(f"{option}: {path!r} does not exist on this machine")
-
-
-def _local_max_positions(folder) -> int | None:
-    import json
-
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"--model: {folder}/config.json cannot be read: {error}") from None
-    return config.get("max_position_embeddings")
-
-
-def _check_s3(option: str, uri: str) -> None:
-    """An object, or any object under a prefix (a folder), exists at this s3:// URI."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    try:
-        found = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=1).get("KeyCount", 0) > 0
-    except (ClientError, BotoCoreError) as error:  # credentials, permissions, a missing bucket: all end the run here
-        raise ConfigError(f"{option}: cannot read {uri}: {str(error).splitlines()[0]}") from None
-    if not found:
-        raise ConfigError(f"{option}: {uri} does not exist")
 
 
 def _flag(name: str) -> str:

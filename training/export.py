@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the checkpoint's step (default: the newest complete one)")
     parser.add_argument("--out", default=None, help="where to write the export (default: RUN/hf-export-step-STEP)")
     args = parser.parse_args(argv)
-    from training.train import storage_uri
+    from training.storage import storage_uri
 
     try:
         step, target = export_checkpoint(storage_uri(args.run), args.step, args.out)

@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from training.hardware import gpu_for_device_name
+from training.gpus import gpu_for_device_name
 from training.records import format_record
 
 def datasheet_peak_tflops(device_name: str) -> float | None:
-    """Dense bf16 peak (training/hardware.py) of a CUDA device name such as 'NVIDIA H200'; None if unknown
+    """Dense bf16 peak (training/gpus.py) of a CUDA device name such as 'NVIDIA H200'; None if unknown
     or without bf16 tensor cores (T4)."""
     gpu = gpu_for_device_name(device_name)
     return gpu.bf16_tflops if gpu and gpu.native_bf16 else None

@@ -206,7 +206,7 @@ def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
     """Indices of the decoder layers that recompute their forward in backward. full: all; none: none;
     selective: every SELECTIVE_EVERY-th (the 2nd, 4th, ...), as torchtitan's layer-level selective AC counts
     at that frequency. Whole layers rather than chosen ops inside them: memory and recomputation then fall
-    halfway between none and full, layer for layer, which is what training.plan's memory and time model rest on."""
+    halfway between none and full, layer for layer, which is what planning.plan's memory and time model rest on."""
     if recomputation == "full":
         return list(range(layers))
     if recomputation == "selective":

@@ -163,3 +163,8 @@ def exists(uri: str) -> bool:
 
     fs, path = _filesystem(uri)
     return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+
+
+def storage_uri(path: str) -> str:
+    """A run's storage path as Ray Train takes it: a URI as given, a local path made absolute."""
+    return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())

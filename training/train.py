@@ -18,8 +18,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, check_inputs, parse_args, resolve_auto
+from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, parse_args, resolve_auto
+from training.inputs import check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
+from training.storage import storage_uri
 
 NCCL_LOG_ROOT = "/tmp/nccl-logs"
 
@@ -302,7 +304,7 @@ def check_transport(cfg: TrainConfig, rank: int) -> str:
 
 
 def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int):
-    """The device mesh of the run's sharding layout, from where Ray placed the workers (training.plan)."""
+    """The device mesh of the run's sharding layout, from where Ray placed the workers (planning.plan)."""
     import ray
 
     from training.model import device_mesh
@@ -317,9 +319,10 @@ def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int)
 def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) -> tuple[str, int, int, str]:
     """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any
     placement; only hybrid needs every node to hold the same number of consecutive ranks."""
-    from training.hardware import gpu_for_device_name
+    from training.gpus import gpu_for_device_name
     from training.model import model_config
-    from training.plan import LayoutError, Workload, node_layout, resolve_sharding, shape_of
+    from planning.auto import LayoutError, node_layout, resolve_sharding
+    from planning.workload import Workload, shape_of
 
     world = len(node_of_rank)
     if cfg.sharding == "full":
@@ -365,10 +368,6 @@ def prepare_worker_process() -> None:
 
 def run_uri(cfg: TrainConfig) -> str:
     return f"{storage_uri(cfg.storage_path)}/{cfg.run_name}"
-
-
-def storage_uri(path: str) -> str:
-    return path.rstrip("/") if "://" in path else str(Path(path).expanduser().resolve())
 
 
 def runtime_env(cfg: TrainConfig) -> dict:

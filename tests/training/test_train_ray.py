@@ -1,0 +1,237 @@
+"""The trainer end to end under Ray Train on local CPU workers: learning, resume, recovery, real data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.config import TrainConfig, validate
+from training.train import fit
+from tests.conftest import DATA, local_ray
+from benchmarks.tiny_model import save_tiny_model
+
+STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
+# Two micro-batches per step: a resume must skip grad_accum micro-batches per step done, not one per step.
+SHAPE = {"micro_batch": 2, "grad_accum": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_for_the_module():
+    yield from local_ray(3)
+
+
+def config(tmp_path, name: str, **overrides) -> TrainConfig:
+    base = TrainConfig(model="tiny", steps=STEPS, seq_len=64, micro_batch=4, lr=3e-3, warmup_steps=4,
+                       data="pattern", storage_path=str(tmp_path), run_name=name, checkpoint_every=EVERY,
+                       workers=2, local=True, seed=5)
+    return validate(dataclasses.replace(base, **overrides))
+
+
+def losses(summary: dict) -> dict[int, float]:
+    return {entry["step"]: entry["loss"] for entry in summary["loss_history"]}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return fit(config(tmp_path_factory.mktemp("runs"), "straight", **SHAPE))
+
+
+def test_loss_falls_on_learnable_task(uninterrupted):
+    curve = losses(uninterrupted)
+    assert curve[STEPS] < curve[1] - 0.5, curve  # nats; ln(512) = 6.24 at the start
+
+
+def test_run_summary_written_to_storage(uninterrupted):
+    summary = json.loads((Path(uninterrupted["run"]) / "run_summary.json").read_text())
+    assert summary["final_step"] == STEPS and summary["tokens_per_s_per_gpu"] > 0
+    assert summary["transport"] == "gloo (CPU): no NCCL"
+
+
+def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted):
+    """Synthetic data has no padding: a step line's tokens/s per GPU times its seconds per step is what each of the
+    2 workers trained that step, 64 x 2 x 2 = 256 tokens, from the first line on (the counts of a step reach its
+    own line; summed over the workers, they are divided by 2)."""
+    from training.records import METRICS_FILE, read_metrics
+
+    records = read_metrics((Path(uninterrupted["run"]) / METRICS_FILE).read_text())
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    for r in records:
+        assert r["tokens_per_s_per_gpu"] * r["step_time_s"] == pytest.approx(64 * 2 * 2, rel=1e-6), r
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """A run that goes NaN at step 13 (no retries), as found after it stopped, then run again under
+    the same storage path and name, where a worker dies at step 20 and Ray Train restarts the group.
+    Checkpoints are written in the background in the first run and synchronously in the second:
+    both must resume exactly."""
+    from training.storage import latest_checkpoint
+
+    storage = tmp_path_factory.mktemp("resumed")
+    with pytest.raises(Exception) as stopped:
+        fit(config(storage, "resumed", inject_nan_at_step=FAIL_AT, max_failures=0, **SHAPE))
+    run = storage / "resumed"
+    after_the_stop = {
+        "error": str(stopped.value),
+        "newest_checkpoint_step": json.loads((Path(latest_checkpoint(str(run)).path) / "train_state.json").read_text())["step"],
+        "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
+    }
+    rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False,
+                       **SHAPE))
+    return run, rerun, after_the_stop
+
+
+def test_a_nan_step_stops_the_run_and_leaves_the_last_good_checkpoint_newest(resumed):
+    _, _, after = resumed
+    assert "step 13: loss nan / gradient norm nan is not finite; stopped before the update" in after["error"]
+    assert after["newest_checkpoint_step"] == EVERY
+    # The metrics keep every good step (written as the run goes, flushed when it stops); the rerun
+    # resumes from the checkpoint and drops the records past it.
+    assert after["records"] == list(range(1, FAIL_AT))
+
+
+def test_stopped_run_resumes_exactly(resumed, uninterrupted):
+    _, summary, _ = resumed
+    assert losses(summary) == pytest.approx(losses(uninterrupted), rel=1e-6)
+
+
+def test_metrics_file_holds_one_record_per_step_across_a_resume(resumed, uninterrupted):
+    run, _, _ = resumed
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    assert [r["loss"] for r in records] == pytest.approx([losses(uninterrupted)[s] for s in range(1, STEPS + 1)], rel=1e-6)
+
+
+def test_worker_failure_recovers_under_failure_config(resumed):
+    run, summary, _ = resumed
+    assert (run / ".injected-failure").read_text() == str(WORKER_DIES_AT)  # it did die
+    assert summary["final_step"] == STEPS
+    # The restarted group started from the newest checkpoint before the death, not from the first one.
+    assert summary["resumed_from_step"] == 2 * EVERY
+
+
+def hub_layout_dataset(folder: Path) -> str:
+    """tests/data/chat.jsonl saved as a Hub dataset repo: parquet shards per split and a card that names them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [json.loads(line) for line in (DATA / "chat.jsonl").read_text().splitlines()]
+    (folder / "data").mkdir(parents=True)
+    for split, part in (("train", records[:300]), ("validation", records[300:])):
+        pq.write_table(pa.Table.from_pylist(part), folder / "data" / f"{split}-00000-of-00001.parquet")
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                      "    path: data/train-*\n  - split: validation\n    path: data/validation-*\n---\n")
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def chat_sft(tmp_path_factory):
+    """Chat SFT from a Hub-layout dataset folder, validated on its validation split every 10 steps."""
+    tmp = tmp_path_factory.mktemp("sft")
+    model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
+    dataset = hub_layout_dataset(tmp / "dataset")
+    summary = fit(config(tmp, "sft", model=model, data=f"hf:{dataset}:train", val_data=f"hf:{dataset}:validation",
+                         steps=30, eval_every=10, eval_batches=4, seq_len=128, micro_batch=4, lr=3e-3,
+                         checkpoint_every=0, export_hf=True, export_checkpoints=True))
+    return tmp / "sft", summary, model
+
+
+def test_chat_sft_learns_and_its_validation_loss_falls(chat_sft):
+    run, summary, _ = chat_sft
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    validation = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
+    assert sorted(validation) == [10, 20, 30]
+    assert validation[30] < validation[10] - 0.3
+    assert records[-1]["loss"] < records[0]["loss"] - 1.0
+    assert summary["val_loss"] == validation[30] and summary["val_ppl"] == pytest.approx(math.exp(validation[30]))
+    vocab = json.loads((run.parent / "model" / "config.json").read_text())["vocab_size"]
+    assert records[0]["loss"] == pytest.approx(math.log(vocab), abs=0.5)  # a fresh model on real tokens: about ln(vocab)
+
+
+def test_the_export_loads_with_its_tokenizer(chat_sft):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run, _, model = chat_sft
+    assert AutoModelForCausalLM.from_pretrained(run / "hf-export").config.num_hidden_layers == 2
+    ids = AutoTokenizer.from_pretrained(model)("NCCL reduces gradients").input_ids
+    assert AutoTokenizer.from_pretrained(run / "hf-export")("NCCL reduces gradients").input_ids == ids
+
+
+def test_the_kept_checkpoint_holds_the_same_export(chat_sft):
+    from safetensors.torch import load_file
+
+    from training.storage import latest_checkpoint
+
+    run, _, _ = chat_sft
+    inside = load_file(Path(latest_checkpoint(str(run)).path) / "hf" / "model.safetensors")
+    final = load_file(run / "hf-export" / "model.safetensors")
+    assert inside.keys() == final.keys() and all(torch.equal(inside[k], final[k]) for k in final)
+
+
+def scalar_events(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """TensorBoard's event files read back: TFRecord framing (length, CRC, payload, CRC) of Event protos."""
+    import struct
+
+    from tensorboardX.proto.event_pb2 import Event
+
+    scalars: dict[str, list] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data, at = path.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_events_beside_the_metrics(chat_sft):
+    run, _, _ = chat_sft
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    scalars = scalar_events(run / "tensorboard")
+    assert [step for step, _ in scalars["loss/validation"]] == [10, 20, 30]
+    assert [v for _, v in scalars["loss/train"]] == pytest.approx([r["loss"] for r in records], rel=1e-6)
+
+
+def test_data_counts_cover_the_whole_run_after_a_resume(resumed, uninterrupted):
+    """Resumed twice (from step 8, then from 16), the summary still counts all 24 steps: 2 workers x 2
+    micro-batches x 2 sequences x 64 tokens = 512 a step, 12,288 in all, as the uninterrupted run counts."""
+    _, summary, _ = resumed
+    assert summary["data_counts"]["tokens"] == uninterrupted["data_counts"]["tokens"] == STEPS * 512
+
+
+@pytest.fixture(scope="module")
+def three_record_validation(tmp_path_factory):
+    """Validation of three plain-text records, each filling a block of its own (over half of 64 tokens),
+    on 2 workers with micro-batches of 2: the first worker evaluates two blocks, the second one."""
+    from transformers import AutoTokenizer
+
+    tmp = tmp_path_factory.mktemp("validation")
+    model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    words = " ".join(json.loads(line)["messages"][-1]["content"] for line in (DATA / "chat.jsonl").read_text().splitlines()[:20]).split()
+    texts, at = [], 0
+    for least in (36, 44, 52):  # token counts: each document and its EOS need a block of their own
+        text = words[at]
+        while len(tokenizer(text)["input_ids"]) < least:
+            at += 1
+            text += " " + words[at]
+        texts.append(text)
+        at += 1
+    (tmp / "validation.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    summary = fit(config(tmp, "validation", model=model, data=str(DATA / "chat.jsonl"), val_data=str(tmp / "validation.jsonl"),
+                         steps=2, micro_batch=2, seq_len=64, checkpoint_every=0))
+    # Counted by the tokenizer itself: a document of n tokens and its EOS has n targets (the EOS predicts nothing).
+    return summary, sum(len(tokenizer(t)["input_ids"]) for t in texts)
+
+
+def test_every_validation_record_is_evaluated_once_and_the_summary_says_so(three_record_validation):
+    summary, targets = three_record_validation
+    assert summary["validation_counts"] == {"blocks": 3, "documents": 3, "targets": targets, "whole": True}
+    assert summary["val_loss"] is not None

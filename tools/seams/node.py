@@ -1,0 +1,175 @@
+"""The node's side of the seam: what a container on a managed node group's node will see.
+
+A container inherits its rlimits from containerd (through the shim and runc), plus what containerd's base
+OCI spec sets. On the EKS AL2023 AMIs (awslabs/amazon-eks-ami; README "Shared knowledge: memlock"):
+- containerd's unit sets no LimitMEMLOCK, so a container gets 8 MiB (systemd's DefaultLimitMEMLOCK and
+  the kernel's default since 5.16);
+- nodeadm's base runtime spec (nodeadm/internal/containerd/base-runtime-spec.json) sets RLIMIT_NOFILE
+  65536:1048576;
+- no huge pages are reserved.
+The launch template's user data changes that: a shell part writing a containerd drop-in with
+LimitMEMLOCK (it runs in cloud-final, before nodeadm-run.service: amazon-eks-ami
+templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service), a vm.nr_hugepages setting, or a
+NodeConfig part whose spec.containerd.baseRuntimeSpec adds rlimits (amazon-eks-ami PR 1794).
+EKS requires a managed node group's launch template user data to be a MIME multi-part archive (EKS
+User Guide, "Customize managed nodes with launch templates": "Amazon EKS merges it with the user data
+Amazon EKS needs ... the user data must be in the MIME multi-part archive format").
+EFA registers memory with the device: a pod using vpc.amazonaws.com/efa needs an unlimited memlock
+(aws-efa-k8s-device-plugin and the EFA user guide: "ulimit -l unlimited").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email
+import math
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from tools.seams.cfn import Resolver
+
+MIB = 1 << 20
+AL2023_MEMLOCK = 8 * MIB
+AL2023_NOFILE = (65536, 1048576)
+UNLIMITED = math.inf
+_DROP_IN = re.compile(r"/etc/systemd/system/containerd\.service\.d/[^\s'\"]+\.conf")
+# Anywhere in the script: a heredoc puts it at a line's start, printf '[Service]\nLimitMEMLOCK=...' mid-line.
+_LIMIT = re.compile(r"LimitMEMLOCK\s*=\s*(infinity|unlimited|-1|\d+[KMG]?)")
+_HUGEPAGES = re.compile(r"vm\.nr_hugepages\s*=\s*(\d+)|echo\s+(\d+)\s*>\s*/proc/sys/vm/nr_hugepages")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    memlock: float
+    """Bytes, or math.inf for unlimited."""
+    nofile: tuple[int, int]
+    hugepages_2mi: int
+    multipart: bool
+    has_user_data: bool
+
+
+def _memlock_value(text: str) -> float:
+    if text in ("infinity", "unlimited", "-1"):
+        return UNLIMITED
+    units = {"K": 1 << 10, "M": MIB, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
+def _parts(user_data: str) -> tuple[bool, list[tuple[str, str]]]:
+    """(is MIME multipart, [(content type, text)]) of decoded user data."""
+    message = email.message_from_string(user_data)
+    if not message.is_multipart():
+        return False, [("text/x-shellscript" if user_data.startswith("#!") else "text/plain", user_data)]
+    return True, [(part.get_content_type(), part.get_payload(decode=True).decode())
+                  for part in message.walk() if not part.is_multipart()]
+
+
+def node_view(user_data_b64: str | None) -> NodeView:
+    memlock, nofile, hugepages = AL2023_MEMLOCK, AL2023_NOFILE, 0
+    if not user_data_b64:
+        return NodeView(memlock, nofile, hugepages, multipart=False, has_user_data=False)
+    try:
+        user_data = base64.b64decode(user_data_b64, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        user_data = user_data_b64  # placeholders or unencoded text: read as it is
+    multipart, parts = _parts(user_data)
+    for content_type, text in parts:
+        if content_type == "text/x-shellscript":
+            if _DROP_IN.search(text):
+                for value in _LIMIT.findall(text):
+                    memlock = _memlock_value(value)
+            for match in _HUGEPAGES.finditer(text):
+                hugepages = int(match.group(1) or match.group(2))
+        elif content_type == "application/node.eks.aws":
+            for document in yaml.safe_load_all(text):
+                spec = ((document or {}).get("spec") or {}).get("containerd", {}).get("baseRuntimeSpec") or {}
+                for rlimit in (spec.get("process") or {}).get("rlimits") or []:
+                    if rlimit.get("type") == "RLIMIT_MEMLOCK":
+                        hard = rlimit.get("hard")
+                        memlock = UNLIMITED if hard in (-1, 2**64 - 1, "18446744073709551615") else int(hard)
+                    if rlimit.get("type") == "RLIMIT_NOFILE":
+                        nofile = (int(rlimit["soft"]), int(rlimit["hard"]))
+    return NodeView(memlock, nofile, hugepages, multipart, True)
+
+
+def _uses_efa(launch_template_data: dict) -> bool:
+    return any(i.get("InterfaceType") == "efa" for i in launch_template_data.get("NetworkInterfaces", []))
+
+
+def launch_template_of(r: Resolver, nodegroup_id: str) -> tuple[str, dict] | None:
+    reference = r.resources[nodegroup_id]["Properties"].get("LaunchTemplate")
+    if not reference:
+        return None
+    target = reference.get("Id") or reference.get("Name")
+    logical_id = target.get("Ref") if isinstance(target, dict) else None
+    if logical_id not in r.resources:
+        return None
+    return logical_id, r.properties(logical_id).get("LaunchTemplateData", {})
+
+
+def _quantity_bytes(text: str) -> int:
+    units = {"Ki": 1 << 10, "Mi": MIB, "Gi": 1 << 30, "K": 10**3, "M": 10**6, "G": 10**9}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * factor)
+    return int(text)
+
+
+def pod_specs(manifests: list[dict]) -> list[dict]:
+    """Every pod template a RayJob creates (head, worker groups, submitter) and any plain Pod."""
+    found = []
+    for m in manifests:
+        if m.get("kind") == "RayJob":
+            spec = m["spec"].get("rayClusterSpec") or {}
+            groups = [spec.get("headGroupSpec") or {}] + list(spec.get("workerGroupSpecs") or [])
+            found += [g["template"]["spec"] for g in groups if "template" in g]
+            if m["spec"].get("submitterPodTemplate"):
+                found.append(m["spec"]["submitterPodTemplate"]["spec"])
+        elif m.get("kind") == "Pod":
+            found.append(m["spec"])
+    return found
+
+
+def hugepage_problems(r: Resolver, manifests: list[dict]) -> list[str]:
+    """A pod's hugepages-2Mi request is only schedulable on a node that reserved that many huge pages
+    (Kubernetes docs, "Manage HugePages": huge pages must be pre-allocated on the node)."""
+    found = []
+    for lid, resource in r.resources.items():
+        if resource["Type"] != "AWS::EKS::Nodegroup":
+            continue
+        labels = r.properties(lid).get("Labels") or {}
+        template = launch_template_of(r, lid)
+        reserved = node_view(template[1].get("UserData") if template else None).hugepages_2mi * 2 * MIB
+        for spec in pod_specs(manifests):
+            selector = spec.get("nodeSelector") or {}
+            if not selector or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            wanted = sum(_quantity_bytes(c.get("resources", {}).get("limits", {}).get("hugepages-2Mi", "0"))
+                         for c in spec.get("containers", []))
+            if wanted > reserved:
+                found.append(f"node: {lid}: a pod for it asks {wanted // MIB} MiB of hugepages-2Mi, the node reserves "
+                             f"{reserved // MIB} MiB (no vm.nr_hugepages in its user data)")
+    return found
+
+
+def problems(r: Resolver, manifests: list[dict] | None = None) -> list[str]:
+    found = hugepage_problems(r, manifests or [])
+    for lid, resource in r.resources.items():
+        if resource["Type"] != "AWS::EKS::Nodegroup":
+            continue
+        template = launch_template_of(r, lid)
+        if template is None:
+            continue
+        template_id, data = template
+        view = node_view(data.get("UserData"))
+        if view.has_user_data and not view.multipart:
+            found.append(f"node: {lid}: launch template {template_id}'s user data is not MIME multi-part, "
+                         "which EKS requires of a managed node group's launch template")
+        if _uses_efa(data) and view.memlock != UNLIMITED:
+            found.append(f"node: {lid}: EFA pods need an unlimited memlock, a container gets "
+                         f"{view.memlock / MIB:g} MiB (AL2023's default; no containerd LimitMEMLOCK drop-in in "
+                         f"launch template {template_id}'s user data)")
+    return found
