@@ -490,9 +490,9 @@ def check_hub_positions(cfg: TrainConfig) -> None:
     """--seq-len against the positions of a Hub model the trainer does not know (its config.json, the one
     file read here), before Ray starts: past them, the model would run on positions it never learned.
     Built-in models, known Hub ids and local folders are checked by the config's own rules."""
-    from training.config import _HUB_ID, HUB_ARCHITECTURES
+    from training.config import HUB_ARCHITECTURES, HUB_ID
 
-    if _HUB_ID.fullmatch(cfg.model) is None or cfg.model in HUB_ARCHITECTURES:
+    if HUB_ID.fullmatch(cfg.model) is None or cfg.model in HUB_ARCHITECTURES:
         return
     from transformers import AutoConfig
 

@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import DATA
 from training.data import DataFormat, tokenize_records
-from training.tiny_model import CHAT_TEMPLATE, save_tiny_model
+from benchmarks.tiny_model import CHAT_TEMPLATE, save_tiny_model
 
 TOOL_ROWS = [
     {"messages": [{"role": "user", "content": "Quota?"}, {"role": "assistant", "content": "Checking."}],

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import DATA
 from training.data import DataError, DataFormat, tokenize_records
-from training.tiny_model import save_tiny_model
+from benchmarks.tiny_model import save_tiny_model
 
 QWEN25 = (DATA / "templates" / "qwen2.5-instruct.jinja").read_text()
 # The branch of Qwen3's template that reads a message's content: a string, or nothing at all.

@@ -15,7 +15,7 @@ from tests.conftest import DATA
 from training import data
 from training.data import DataFormat, dataset_batches, evaluated_counts, tokenize_and_pack, validation_share
 from training.loss import IGNORE_INDEX
-from training.tiny_model import save_tiny_model
+from benchmarks.tiny_model import save_tiny_model
 
 ROWS_PER_STEP, GRAD_ACCUM, EPOCHS = 8, 2, 2
 
