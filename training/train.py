@@ -153,11 +153,12 @@ def train_func(config: dict) -> None:
 def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, position: int):
     import ray.train
 
-    from training.data import dataset_batches, synthetic_batches
+    from training.data import synthetic_batches
+    from training.data_plan import dataset_batches
 
     if cfg.data in SYNTHETIC_DATA:
         return synthetic_batches(cfg.data, cfg.seed, vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
-    # The whole stream on every worker (fit: datasets_to_split=[]); each keeps its share (training.data).
+    # The whole stream on every worker (fit: datasets_to_split=[]); each keeps its share (training.data_plan).
     return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position,
                            shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank, world=world)
 
@@ -174,7 +175,8 @@ def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int,
 
     import ray.train
 
-    from training.data import VALIDATION_SEED_OFFSET, dataset_pass, empty_batch, evaluated_counts, synthetic_batches
+    from training.data import VALIDATION_SEED_OFFSET, synthetic_batches
+    from training.data_plan import dataset_pass, empty_batch, evaluated_counts
 
     if cfg.val_data is None and cfg.val_fraction == 0:
         return None, None
@@ -426,7 +428,7 @@ def fit(cfg: TrainConfig) -> dict:
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets or None,
-        # Every worker reads whole datasets and keeps its share (training.data's data plan): Ray's own split
+        # Every worker reads whole datasets and keeps its share (training.data_plan): Ray's own split
         # drops blocks (equal=True) and gives each world size other rows.
         dataset_config=DataConfig(datasets_to_split=[]),
     )

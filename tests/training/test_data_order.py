@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 from tests.conftest import DATA, local_ray
 from training.config import TrainConfig
-from training.data import DataFormat, dataset_batches, dataset_pass, packed_dataset
+from training.data import DataFormat, packed_dataset
+from training.data_plan import dataset_batches, dataset_pass
 from benchmarks.tiny_model import save_tiny_model
 
 

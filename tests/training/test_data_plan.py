@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA
-from training import data
-from training.data import DataFormat, dataset_batches, evaluated_counts, tokenize_and_pack, validation_share
+from training import data_plan
+from training.data import DataFormat, tokenize_and_pack
+from training.data_plan import dataset_batches, evaluated_counts, validation_share
 from training.loss import IGNORE_INDEX
 from benchmarks.tiny_model import save_tiny_model
 
@@ -66,7 +67,7 @@ def as_sets(steps: list[list[int]]) -> list[list[int]]:
 
 @pytest.mark.parametrize("seed", [None, 17])
 def test_every_step_holds_the_same_rows_on_1_2_and_4_workers(chat_blocks, monkeypatch, seed):
-    monkeypatch.setattr(data, "SHUFFLE_WINDOW_BLOCKS", 32)  # several windows, so that each is reordered on its own
+    monkeypatch.setattr(data_plan, "SHUFFLE_WINDOW_BLOCKS", 32)  # several windows, so that each is reordered on its own
     blocks = len(chat_blocks["input_ids"])
     per_epoch = blocks - blocks % (ROWS_PER_STEP // GRAD_ACCUM)  # an incomplete last global micro-batch waits
     steps = -(-EPOCHS * per_epoch // ROWS_PER_STEP)
