@@ -218,6 +218,8 @@ def test_shuffle_reads_every_document_out_of_file_order(same_length_files, model
 
 @pytest.mark.parametrize("shuffle, in_order", [(False, True), (True, False)])
 def test_the_trainers_epochs_follow_the_shuffle_setting(shard, monkeypatch, shuffle, in_order):
+    import ray.train
+
     from training.train import train_batches
 
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
