@@ -13,9 +13,10 @@ from planning.hardware import GIB, INSTANCE_TYPES
 from planning.memory import memory_bytes, usable_bytes
 from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
 from planning.timing import Estimate, estimate
-from planning.workload import MODELS, SHARDINGS, Layout, ModelShape, Workload, cluster_of
-from training.config import (AUTO, BUILTIN_MODELS, HUB_ARCHITECTURES, ConfigError, TrainConfig, option_flag,
-                             options_argv, parse_args)
+from planning.families import ShapeError
+from planning.model_config import ModelConfigError, model_shape
+from planning.workload import SHARDINGS, Layout, ModelShape, Workload, cluster_of
+from training.config import AUTO, ConfigError, TrainConfig, option_flag, options_argv, parse_args
 from training.gpus import GpuSpec
 
 
@@ -28,23 +29,49 @@ class LayoutError(ValueError):
     """The planner cannot pick a sharding layout for the run; the message is one line."""
 
 
-def planned(c: TrainConfig):
-    """(model shape, cluster) of the run where planning.plan knows both: a known instance type and model, whole
-    nodes of workers (or fewer workers than one node's GPUs); else None."""
+SET_EXPLICITLY = "or set --micro-batch, --activation-checkpointing and --sharding instead of auto"
+
+
+def model_of(c: TrainConfig, configs: dict | None, needed: bool) -> ModelShape | None:
+    """The run's model shape: a calibrated built-in, or counted from its config.json (planning.model_config: read
+    from `configs`, the cdk.context.json cache, which gains what was looked up). None when it can't be read and
+    the run does not need it; PlanError naming --model (and how to give the shape) when it does, or when the
+    trainer does not train the model's family."""
+    try:
+        shape, new = model_shape(c.model, c.model_revision, {} if configs is None else configs)
+    except ShapeError as error:
+        if needed:
+            raise PlanError(f"--model: {error}; {SET_EXPLICITLY}") from None
+        return None
+    except ModelConfigError as error:
+        if needed or "is not one whose loss the trainer checks" in str(error):
+            raise PlanError(f"{error}; {SET_EXPLICITLY}" if needed else str(error)) from None
+        return None
+    if configs is not None:
+        configs.update(new)
+    return shape
+
+
+def planned(c: TrainConfig, configs: dict | None = None, needed: bool = False):
+    """(model shape, cluster) of the run where the planner knows both: a known instance type and model, whole
+    nodes of workers (or fewer workers than one node's GPUs); else None (PlanError where `needed` and the model's
+    shape can't be read)."""
 
     spec = INSTANCE_TYPES.get(c.instance_type or "")
-    model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
-    if spec is None or spec.gpu is None or model is None or (c.workers > spec.gpus and c.workers % spec.gpus):
+    if spec is None or spec.gpu is None or (c.workers > spec.gpus and c.workers % spec.gpus):
+        return None
+    model = model_of(c, configs, needed)
+    if model is None:
         return None
     nodes = max(c.workers // spec.gpus, 1)
     return model, dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
 
 
-def check_fit(c: TrainConfig) -> None:
+def check_fit(c: TrainConfig, configs: dict | None = None) -> None:
     """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
     (the memory model): refused at synth, or before a local run starts, rather than out of memory on the nodes."""
 
-    found = planned(c)
+    found = planned(c, configs)
     if found is None:
         return
     model, cluster = found
@@ -57,7 +84,7 @@ def check_fit(c: TrainConfig) -> None:
         raise PlanError(problem)
 
 
-def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
+def resolve_auto(c: TrainConfig, configs: dict | None = None) -> tuple[TrainConfig, str | None]:
     """The run's options with auto micro-batch and recomputation replaced by planning.plan's pick, and the line
     that says what it picked and why (None when neither is auto). The pick is the fastest that fits (layout,
     micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
@@ -67,11 +94,10 @@ def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
     free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
     if not free:
         return c, None
-    found = planned(c)
+    found = planned(c, configs, needed=True)
     if found is None:
         raise PlanError(f"{option_flag(free[0])}: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
-                        f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} or "
-                        f"their Qwen/Qwen2.5 hub ids); set {' and '.join(option_flag(o) for o in free)} instead")
+                        f"workers (--workers); set {' and '.join(option_flag(o) for o in free)} instead")
     model, cluster = found
     if "micro_batch" in free:
         micro_batch, grad_accum = c.batch_tokens // (c.workers * c.seq_len), 1  # every sequence in one, to be split
@@ -139,17 +165,17 @@ def workload_of(c: TrainConfig) -> Workload:
                     steps=c.steps, lora_rank=c.lora_rank)
 
 
-def resolve_run(c: TrainConfig) -> Resolved:
+def resolve_run(c: TrainConfig, configs: dict | None = None) -> Resolved:
     """A validated run's options with every auto resolved: micro-batch and recomputation (resolve_auto), then the
     sharding layout, the fastest that fits on the nodes (one machine: full). A fixed shape is held to the memory
     (check_fit). PlanError, one line naming the option, when the planner cannot resolve an auto."""
     check_instance_type(c)
     if AUTO in (c.micro_batch, c.activation_checkpointing):
-        c, line = resolve_auto(c)
+        c, line = resolve_auto(c, configs)
     else:
-        check_fit(c)
+        check_fit(c, configs)
         line = None
-    found = planned(c)
+    found = planned(c, configs, needed=c.sharding == AUTO and not c.local)
     if c.sharding == AUTO:
         if found is not None:
             model, cluster = found
@@ -162,8 +188,7 @@ def resolve_run(c: TrainConfig) -> Resolved:
             sharding = "full"  # one machine: a hybrid mesh would be the same
         else:
             raise PlanError("--sharding: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
-                            f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} "
-                            "or their Qwen/Qwen2.5 hub ids); set --sharding full or hybrid instead")
+                            "workers (--workers); set --sharding full or hybrid instead")
         c = dataclasses.replace(c, sharding=sharding)
     if found is None:
         return Resolved(c, line, None)
@@ -182,10 +207,11 @@ def predicted_link_gbps(found: Estimate) -> float | None:
     return None
 
 
-def resolve_options(options: dict) -> tuple[dict, str | None]:
+def resolve_options(options: dict, configs: dict | None = None) -> tuple[dict, str | None]:
     """The trainer's options (TrainConfig names, as the RayJob passes them) with every auto replaced by its pick,
-    and the planner's predicted step time and link bandwidth added where it knows the run; and auto's line."""
-    run = resolve_run(parse_args(options_argv(options)))
+    and the planner's predicted step time and link bandwidth added where it knows the run; and auto's line.
+    `configs`: the models' cached config.json fields (cdk.context.json), which gains what was looked up."""
+    run = resolve_run(parse_args(options_argv(options)), configs)
     resolved = {k: getattr(run.config, k) if v == AUTO else v for k, v in options.items()}
     if run.estimate is not None:
         resolved["predicted_step_seconds"] = round(run.estimate.step_s, 3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from planning.auto import predicted_link_gbps, resolve_run
+from planning.model_config import project_context
 from training import train
 from training.config import ConfigError, option_flag, parse_args
 
@@ -18,7 +19,7 @@ RESOLVED = ("micro_batch", "activation_checkpointing", "sharding")
 def resolved_argv(argv: list[str]) -> tuple[list[str], str | None]:
     """The command line with every auto replaced by the planner's pick (later options win) and the predicted step
     time and link bandwidth added where the planner knows the run; and auto's line."""
-    run = resolve_run(parse_args(argv))
+    run = resolve_run(parse_args(argv), project_context())
     explicit = [f"{option_flag(name)}={getattr(run.config, name)}" for name in RESOLVED]
     if run.estimate is not None:
         explicit.append(f"--predicted-step-seconds={run.estimate.step_s:.3f}")

@@ -238,8 +238,15 @@ def planned_trainer_options(s: Settings) -> tuple[dict[str, typing.Any], str | N
     step time and link bandwidth added (planning.auto.resolve_options); and the line that says what auto picked.
     The pods run explicit values: the trainer ships without the planner."""
     from planning.auto import resolve_options
+    from planning.model_config import PROJECT_CONTEXT_FILE, project_context, save
 
-    return resolve_options(trainer_options(s))
+    # A model the planner sizes from its config.json is looked up once (the user's network and credentials) and
+    # cached in cdk.context.json, as CDK caches its own lookups; the next synth needs no network.
+    configs = project_context()
+    cached = set(configs)
+    resolved = resolve_options(trainer_options(s), configs)
+    save({k: v for k, v in configs.items() if k not in cached}, PROJECT_CONTEXT_FILE)
+    return resolved
 
 
 def _setting_of_option(option: str) -> str:

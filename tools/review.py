@@ -75,8 +75,10 @@ def _job_plan(template: dict):
     annotation; or None."""
     from cdk_constructs.ray_manifests import AUTO_ANNOTATION
     from planning.timing import estimate
-    from planning.workload import MODELS, Layout, Workload, cluster_of
-    from training.config import HUB_ARCHITECTURES, ConfigError, parse_args
+    from planning.auto import model_of
+    from planning.model_config import project_context
+    from planning.workload import Layout, Workload, cluster_of
+    from training.config import ConfigError, parse_args
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
@@ -85,7 +87,7 @@ def _job_plan(template: dict):
         cfg = parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:])
     except ConfigError:
         return None
-    model = MODELS.get(HUB_ARCHITECTURES.get(cfg.model, cfg.model))
+    model = model_of(cfg, project_context(), needed=False)  # the synth cached any model's config.json it sized
     spec = INSTANCE_TYPES.get(cfg.instance_type or "")
     if model is None or spec is None or not spec.gpus:
         return None

@@ -122,6 +122,16 @@ def _text_parts(content) -> bool:
         isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content)
 
 
+def _other_part(content) -> str | None:
+    """The type of the first part that is not text (an image, audio) in a list of content parts."""
+    if not isinstance(content, list):
+        return None
+    for part in content:
+        if isinstance(part, dict) and part.get("type") not in (None, "text"):
+            return str(part["type"])
+    return None
+
+
 def _message(raw, record: dict) -> dict:
     """One chat message, as the template will see it: every field it carries (tool_calls, name,
     tool_call_id...), and content that is a string, None on an assistant turn that calls tools, or a
@@ -131,6 +141,10 @@ def _message(raw, record: dict) -> dict:
         raise DataError(f"--messages-field: a message is not a {{role, content}} object in record {_preview(record)}")
     content = message.get("content")
     calls_tools = message["role"] == "assistant" and bool(message.get("tool_calls"))
+    other = _other_part(content)
+    if other is not None:
+        raise DataError(f"--messages-field: a {message['role']} message holds a {other!r} part; this trainer learns "
+                        f"text only (remove the record or its non-text parts); record {_preview(record)}")
     if not (isinstance(content, str) or (content is None and calls_tools) or _text_parts(content)):
         raise DataError(f"--messages-field: a {message['role']} message's content must be a string, a list of "
                         f"text parts, or null on an assistant turn with tool_calls; record {_preview(record)}")
@@ -172,6 +186,24 @@ def record_tools(record: dict, fmt: DataFormat) -> list | None:
 
 
 REPLY_MARKER = "\ue000REPLY\ue000"  # a private-use character: no real reply holds it
+
+
+def template_renders_parts(tokenizer, template: str | None = None) -> bool:
+    """Whether the template renders content given as a list of text parts. Templates written for strings
+    either fail on a list (Qwen2.5's: "can only concatenate str (not list)") or render it as nothing
+    (Qwen3's `content is string` branch): tried with a marker as the only part."""
+    probe = [{"role": "user", "content": [{"type": "text", "text": REPLY_MARKER}]}]
+    try:
+        return REPLY_MARKER in _render(tokenizer, probe, None, template)
+    except Exception:  # the template's own failure on a list: it expects a string
+        return False
+
+
+def joined_parts(messages: list[dict]) -> list[dict]:
+    """Text parts joined into one string per message, for a template that expects a string; joined with a
+    newline, as vLLM serves such a template (its "string" content format, chat_utils.py)."""
+    return [{**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
+            for m in messages]
 
 
 def _render(tokenizer, messages: list[dict], tools, template: str | None = None, **kwargs) -> str:
@@ -236,6 +268,9 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     if not fmt.default_system_prompt and any(chats) and adds_default_system_prompt(tokenizer, fmt.chat_template):
         chats = [[{"role": "system", "content": ""}] + chat if chat and chat[0]["role"] != "system" else chat
                  for chat in chats]
+    if any(chat and any(isinstance(m["content"], list) for m in chat) for chat in chats) \
+            and not template_renders_parts(tokenizer, fmt.chat_template):
+        chats = [joined_parts(chat) if chat else chat for chat in chats]
     tools = [record_tools(r, fmt) if chat is not None else None for r, chat in zip(records, chats)]
     texts = []
     for record, chat, offered in zip(records, chats, tools):
@@ -253,9 +288,17 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
         except Exception as error:  # the template's own refusal (jinja raise_exception, a missing key)
             raise DataError(f"--data: the chat template cannot render record {_preview(record)}: "
                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
-    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    # Plain text gets the tokenizer's own special tokens (a BOS for Llama, Mistral, Gemma; none for Qwen), as
+    # TRL tokenizes it; a rendered chat already holds the template's (its bos_token), so none is added again.
+    encoded = [None] * len(texts)
+    for plain in (True, False):
+        which = [i for i, chat in enumerate(chats) if (chat is None) == plain]
+        if which:
+            batch = tokenizer([texts[i] for i in which], add_special_tokens=plain, return_offsets_mapping=True)
+            for i, ids, offsets in zip(which, batch["input_ids"], batch["offset_mapping"]):
+                encoded[i] = (ids, offsets)
     documents = []
-    for chat, offered, text, ids, offsets in zip(chats, tools, texts, encoded["input_ids"], encoded["offset_mapping"]):
+    for chat, offered, text, (ids, offsets) in zip(chats, tools, texts, encoded):
         if chat is not None and fmt.assistant_only_loss:
             spans = assistant_spans(chat, tokenizer, text, offered, fmt.chat_template)
             learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
@@ -442,32 +485,49 @@ def _hub_filesystem(repo: str, revision: str | None = None):
     return HfFileSystem(), f"datasets/{repo}" + (f"@{quote(revision, safe='')}" if revision else "")
 
 
-def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
-    """The split's file patterns from a dataset card's YAML `configs`: the one named `config`, else the
-    default config, else the first; None when the card declares none (and no config is asked for)."""
+def card_config(readme: str, config: str | None = None) -> dict | None:
+    """The config a dataset card's YAML `configs` declares under that name; with no name, the default one
+    (marked `default: true`, or named "default"), or the only one; None when the card declares none.
+    Several and none the default: refused, as the datasets library refuses ("Config name is missing")."""
     import yaml
 
     match = re.match(r"---\n(.*?)\n---", readme, re.S)
     configs = ((yaml.safe_load(match.group(1)) or {}).get("configs") or []) if match else []
+    names = [c.get("config_name", "default") for c in configs]
     if config is not None:
-        names = [c.get("config_name", "default") for c in configs]
         if config not in names:
             raise DataError(f"--data: no config {config!r} in this dataset's card "
                             f"({'configs: ' + ', '.join(names) if names else 'it declares none'})")
-        chosen = configs[names.index(config)]
-    elif not configs:
+        return configs[names.index(config)]
+    if not configs:
         return None
-    else:
-        chosen = next((c for c in configs if c.get("default") or c.get("config_name") == "default"), configs[0])
-    data_files = chosen.get("data_files")
+    defaults = [c for c, name in zip(configs, names) if c.get("default") or name == "default"]
+    if defaults:
+        return defaults[0]
+    if len(configs) == 1:
+        return configs[0]
+    raise DataError(f"--data: this dataset has several configs and none is the default; name one as "
+                    f"hf:<repo>:<config>:<split> (configs: {', '.join(names)})")
+
+
+def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
+    """The split's file patterns from the card's config (card_config); None when the card declares none."""
+    chosen = card_config(readme, config)
+    if chosen is None:
+        return None
+    data_files, data_dir = chosen.get("data_files"), (chosen.get("data_dir") or "").strip("/")
+    if data_files is None and data_dir:
+        return None  # the folder's files, split by name (hub_data_files)
     if isinstance(data_files, (str, list)) and not (isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)):
-        return ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
-    patterns = []
-    for entry in data_files or []:
-        if entry.get("split") == split:
-            path = entry.get("path")
-            patterns.extend([path] if isinstance(path, str) else path)
-    return patterns
+        patterns = ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
+    else:
+        patterns = []
+        for entry in data_files or []:
+            if entry.get("split") == split:
+                path = entry.get("path")
+                patterns.extend([path] if isinstance(path, str) else path)
+    # With both, the datasets library reads data_files inside data_dir.
+    return [f"{data_dir}/{p}" for p in patterns] if data_dir else patterns
 
 
 def split_of(path: str) -> str | None:
@@ -486,7 +546,14 @@ def hub_data_files(files: list[str], readme: str | None, split: str, config: str
     if config is not None and not readme:
         raise DataError(f"--data: no config {config!r}: this dataset has no card declaring configs")
     patterns = configured_data_files(readme, split, config) if readme else None
-    if patterns is not None:
+    data_dir = (card_config(readme, config) or {}).get("data_dir") if readme and patterns is None else None
+    if data_dir:
+        # A config given as a folder: its files, split by their names as in a dataset with no card.
+        folder = data_dir.strip("/") + "/"
+        data = [f[len(folder):] for f in data if f.startswith(folder)]
+        chosen = [f for f in data if split_of(f) == split] if any(split_of(f) for f in data) else (data if split == "train" else [])
+        chosen = [folder + f for f in chosen]
+    elif patterns is not None:
         chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]
     elif any(split_of(f) for f in data):
         chosen = [f for f in data if split_of(f) == split]
@@ -541,9 +608,6 @@ def read_source(path: str):
 
 # Blocks the records are cut into before the shuffle (the order depends on it, not on the cluster).
 SHUFFLE_INPUT_BLOCKS = 64
-# Blocks a worker reshuffles per epoch: the packed blocks of several map batches (packing orders a
-# batch's blocks longest first), about 25 MB at 4,096 tokens.
-SHUFFLE_WINDOW_BLOCKS = 256
 
 
 def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat, cache_dir: str | None,
@@ -553,7 +617,7 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
 
     shuffle_seed: the records are shuffled across files and blocks before packing, the same way on
     every execution of the dataset and every cluster size (so a resumed run replays the order it had;
-    every epoch has this order, re-permuted per worker in windows: dataset_batches); None keeps file order.
+    every epoch has this order, re-permuted in windows: training.data_plan); None keeps file order.
     """
     records = read_source(path)
     if shuffle_seed is not None:
@@ -568,58 +632,3 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
         fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "fmt": fmt, "cache_dir": cache_dir,
                    "revision": revision, "part": part, "val_fraction": val_fraction},
     )
-
-
-# In a Ray Train worker, iter_torch_batches puts batches on the worker's GPU by default (device "auto",
-# ray/data/iterator.py). The trainer counts their tokens and targets on the host (train_step, DataCounts): read
-# from the GPU, each count would wait for the previous step's queued work. On the host they cost no sync.
-HOST_BATCHES = {"device": "cpu"}
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """The seed of a worker's block order in one epoch: every epoch and worker its own, each reproducible."""
-    digest = hashlib.blake2b(f"{seed}/{epoch}/{rank}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big")
-
-
-def dataset_batches(shard, micro_batch: int, position: int = 0, shuffle_seed: int | None = None,
-                    rank: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-    """Micro-batches from a worker's Ray Data shard, skipping `position` already consumed; epochs repeat.
-
-    With shuffle_seed, each epoch reorders the blocks within windows of SHUFFLE_WINDOW_BLOCKS, seeded by
-    (seed, epoch, rank): a new order every epoch, the same one when a resumed run replays it.
-    The batches stay on the host (HOST_BATCHES), pinned where there is a GPU to copy them to without waiting.
-    """
-    consumed, epoch = 0, 0
-    while True:
-        produced = False
-        shuffle = {} if shuffle_seed is None else {"local_shuffle_buffer_size": SHUFFLE_WINDOW_BLOCKS,
-                                                   "local_shuffle_seed": epoch_seed(shuffle_seed, epoch, rank)}
-        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True, **HOST_BATCHES,
-                                              pin_memory=torch.cuda.is_available(), **shuffle):
-            produced = True
-            if consumed < position:
-                consumed += 1
-                continue
-            consumed += 1
-            yield batch
-        if not produced:
-            raise RuntimeError("--data: the dataset yields no full micro-batch; use more text or a smaller --seq-len/--micro-batch")
-        epoch += 1
-
-
-def dataset_pass(shard, micro_batch: int, limit: int) -> list[dict[str, torch.Tensor]]:
-    """One pass over a worker's shard, at most `limit` micro-batches, the last one possibly short:
-    every block counted once (validation)."""
-    import itertools
-
-    return list(itertools.islice(shard.iter_torch_batches(batch_size=micro_batch, drop_last=False, **HOST_BATCHES),
-                                 limit))
-
-
-def empty_batch(seq_len: int) -> dict[str, torch.Tensor]:
-    """A one-block micro-batch with nothing to learn: a worker whose shard ran out still joins each
-    forward's collectives, and adds nothing to the loss or the count."""
-    return {"input_ids": torch.zeros((1, seq_len), dtype=torch.int64),
-            "labels": torch.full((1, seq_len), IGNORE_INDEX, dtype=torch.int64),
-            "position_ids": torch.arange(seq_len).unsqueeze(0)} | {k: torch.zeros(1, dtype=torch.int64) for k in BLOCK_COUNTS}

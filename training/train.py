@@ -71,14 +71,18 @@ def train_func(config: dict) -> None:
     if restored:
         with restored.as_directory() as folder:
             model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh, folder)
+            counted_before = read_data_counts(Path(folder))
         log(rank, f"resumed from checkpoint at step {step} (data position {position} rows of the global batch)")
     else:
         model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh)
 
     resumed_from = step
     counts = DataCounts()
+    if restored:
+        counts.total |= counted_before  # the summary's data_counts cover the whole run, not the steps since
+    counted_at: dict[int, dict] = {}  # each checkpoint's counts, taken at its step (it may be reported later)
     batches = hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position)))
-    validation = validation_batches(cfg, model.config.vocab_size, rank, world, device)
+    validation, validation_counts = validation_batches(cfg, model.config.vocab_size, rank, world, device)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
@@ -89,9 +93,12 @@ def train_func(config: dict) -> None:
         """Hand a written checkpoint to Ray: uploaded in the background, the last one before the run ends."""
         from ray.train import CheckpointUploadMode
 
+        counted = counted_at.pop(checkpoint_step)
+        if rank == 0:
+            (Path(folder) / DATA_COUNTS_FILE).write_text(json.dumps(counted))
         metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
                    "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
-                   "data_counts": dict(counts.total), "health": health_figures,
+                   "data_counts": dict(counts.total), "validation_counts": validation_counts, "health": health_figures,
                    **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
                          checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
@@ -145,6 +152,7 @@ def train_func(config: dict) -> None:
                 if metrics_log:
                     metrics_log.add(last.fields())
             if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                counted_at[step] = dict(counts.total)
                 with hang_watchdog.long_phase("checkpoint"):
                     checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
                 throughput.reset(step)  # keep checkpoint time out of the next step's throughput
@@ -183,40 +191,59 @@ def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, rows
     """This worker's micro-batches from the global data position `rows` on (sequences of the global batches
     consumed, the same on any world size)."""
     from training.checkpoint import worker_position
-    from training.data import dataset_batches, synthetic_batches
+    from training.data import synthetic_batches
+    from training.data_plan import dataset_batches
 
     position = worker_position(rows, world, cfg.micro_batch)
     if cfg.data in SYNTHETIC_DATA:
         return synthetic_batches(cfg.data, cfg.seed, vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
     import ray.train
 
+    # The whole stream on every worker (fit: datasets_to_split=[]); each keeps its share (training.data_plan).
     return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position,
-                           shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank)
+                           shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank, world=world)
 
 
-def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, device: torch.device) -> list | None:
-    """This worker's validation micro-batches, held for every evaluation; None when the run has no
-    validation data. Real data: one pass over the worker's shard (each block once, the last micro-
-    batch may be short), at most --eval-batches; a worker with fewer pads with empty batches, since
-    every worker must run the same number of forwards (each gathers the sharded weights)."""
+def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int,
+                       device: torch.device) -> tuple[list | None, dict | None]:
+    """This worker's validation micro-batches, held for every evaluation, and what the validation holds
+    over all workers (blocks, documents, targets, whole); (None, None) when the run has no validation data.
+    Real data: every worker reads the whole validation stream and keeps every world-th micro-batch (each
+    block evaluated once; the last micro-batch may be short), at most --eval-batches; a worker with fewer
+    pads with empty batches, since every worker must run the same number of forwards (each gathers the
+    sharded weights)."""
     import itertools
 
     import ray.train
 
-    from training.data import VALIDATION_SEED_OFFSET, dataset_pass, empty_batch, synthetic_batches
+    from training.data import VALIDATION_SEED_OFFSET, synthetic_batches
+    from training.data_plan import dataset_pass, empty_batch, evaluated_counts
 
     if cfg.val_data is None and cfg.val_fraction == 0:
-        return None
+        return None, None
     if cfg.data in SYNTHETIC_DATA:
         return list(itertools.islice(synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, vocab_size,
-                                                       cfg.seq_len, cfg.micro_batch, rank, world), cfg.eval_batches))
-    held = dataset_pass(ray.train.get_dataset_shard("validation"), cfg.micro_batch, cfg.eval_batches)
-    count = torch.tensor([len(held)], device=device)
-    dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    if count.item() == 0:
+                                                       cfg.seq_len, cfg.micro_batch, rank, world), cfg.eval_batches)), None
+    held, whole = dataset_pass(ray.train.get_dataset_shard("validation"), cfg.micro_batch, cfg.eval_batches, rank, world)
+    mine = evaluated_counts(held)
+    sums = torch.tensor([len(held), mine["blocks"], mine["documents"], mine["targets"]], device=device)
+    most = sums[:1].clone()
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    dist.all_reduce(sums)
+    if most.item() == 0:
         raise RuntimeError(f"--val-{'data' if cfg.val_data else 'fraction'}: the validation split holds no block; "
                            "give more validation data or a larger --val-fraction")
-    return held + [empty_batch(cfg.seq_len)] * (int(count.item()) - len(held))
+    counts = dict(zip(("blocks", "documents", "targets"), (int(v) for v in sums[1:].tolist()))) | {"whole": whole}
+    return held + [empty_batch(cfg.seq_len)] * (int(most.item()) - len(held)), counts
+
+
+DATA_COUNTS_FILE = "data_counts.json"  # beside each checkpoint: the data counted up to its step
+
+
+def read_data_counts(folder: Path) -> dict[str, int]:
+    """The data counted up to a checkpoint's step (none in one written before the counts were kept)."""
+    saved = folder / DATA_COUNTS_FILE
+    return json.loads(saved.read_text()) if saved.exists() else {}
 
 
 def rank0_choice(choose, rank: int):
@@ -413,7 +440,7 @@ def refuse_planner_autos(cfg: TrainConfig) -> None:
 
 def fit(cfg: TrainConfig) -> dict:
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     started = time.time()
@@ -440,6 +467,9 @@ def fit(cfg: TrainConfig) -> dict:
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets or None,
+        # Every worker reads whole datasets and keeps its share (training.data_plan): Ray's own split
+        # drops blocks (equal=True) and gives each world size other rows.
+        dataset_config=DataConfig(datasets_to_split=[]),
     )
     result = trainer.fit()
     metrics = dict(result.metrics or {})
@@ -461,6 +491,7 @@ def fit(cfg: TrainConfig) -> dict:
         "peak_mem_gib": metrics.get("peak_mem_gib"),
         "checkpoint_stalls_s": metrics.get("checkpoint_stalls_s"),
         "data_counts": metrics.get("data_counts"),
+        "validation_counts": metrics.get("validation_counts"),
         "transport": metrics.get("transport"),
         "health": metrics.get("health"),
         "sharding": metrics.get("sharding"),
@@ -497,12 +528,29 @@ def real_datasets(cfg: TrainConfig) -> dict:
     return datasets
 
 
+def check_hub_positions(cfg: TrainConfig) -> None:
+    """--seq-len against the positions of a Hub model the trainer does not know (its config.json, the one
+    file read here), before Ray starts: past them, the model would run on positions it never learned.
+    Built-in models, known Hub ids and local folders are checked by the config's own rules."""
+    from training.config import HUB_ARCHITECTURES, HUB_ID
+
+    if HUB_ID.fullmatch(cfg.model) is None or cfg.model in HUB_ARCHITECTURES:
+        return
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(cfg.model, revision=cfg.model_revision, cache_dir=cfg.cache_dir),
+                        "max_position_embeddings", None)
+    if positions and cfg.seq_len > positions:
+        raise ConfigError(f"--seq-len: {cfg.seq_len} exceeds {cfg.model}'s {positions} positions (max_position_embeddings)")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
         refuse_planner_autos(cfg)
         refuse_changed_resume(cfg)  # before check_inputs: it reads one small file, where check_inputs may load the model's code
         check_inputs(cfg)
+        check_hub_positions(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -14,19 +14,18 @@ DEFAULT_CLUSTER = ["--model", "Qwen/Qwen2.5-1.5B", "--instance-type", "g6.12xlar
 
 PLANNER_REFUSED = [
     (["--activation-checkpointing", "auto"], r"^--activation-checkpointing: auto needs a known --instance-type "
-     r"\(planning/hardware.py\), whole nodes of workers \(--workers\) and a model whose shape the planner knows "
-     r"\(qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny or their Qwen/Qwen2.5 hub ids\); set --activation-checkpointing instead$"),
+     r"\(planning/hardware.py\), whole nodes of workers \(--workers\); set --activation-checkpointing instead$"),
     (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
-      "--instance-type", "g6.12xlarge", "--model", "/models/mine"], r"^--micro-batch: auto needs a known --instance-type .*; "
-     r"set --micro-batch and --activation-checkpointing instead$"),
+      "--instance-type", "g6.12xlarge", "--model", "/models/mine"], r"^--model: cannot read /models/mine/config.json here "
+     r"\(No such file or directory\); .*; or set --micro-batch, --activation-checkpointing and --sharding instead of auto$"),
     (["--activation-checkpointing", "auto", "--workers", "6", "--instance-type", "g6.12xlarge", "--model", "qwen2.5-1.5b"],
      r"^--activation-checkpointing: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers"),
     (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
       "--instance-type", "g6.12xlarge", "--model", "qwen2.5-14b"],
      r"^--instance-type: qwen2.5-14b fits in no layout, micro-batch or recomputation on 2 x g6.12xlarge"),
     (["--sharding", "auto", "--workers", "8", "--model", "qwen2.5-1.5b"],
-     r"^--sharding: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers \(--workers\) and "
-     r"a model whose shape the planner knows .*; set --sharding full or hybrid instead$"),
+     r"^--sharding: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers \(--workers\); "
+     r"set --sharding full or hybrid instead$"),
     (["--instance-type", "x1.large", "--sharding", "full"],
      r"^--instance-type: 'x1.large' is not in planning/hardware.py \(g4dn.xlarge, g5.48xlarge, g6.12xlarge, "),
 ]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.data import empty_batch, pack
+from training.data import pack
+from training.data_plan import empty_batch
 from training.loss import IGNORE_INDEX
 from training.metrics import DataCounts, Throughput
 from training.records import parse_record

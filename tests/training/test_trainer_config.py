@@ -268,7 +268,7 @@ def test_file_uri_is_looked_up_as_a_local_path(tmp_path):
 
 
 def test_local_model_exactly_as_long_as_seq_len_is_accepted(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 1024}))
     check_inputs(validate(TrainConfig(model=str(tmp_path), seq_len=1024)))
 
 
@@ -284,7 +284,7 @@ def test_validation_data_is_checked_after_s3_training_data(s3, tmp_path):
 
 
 def test_present_inputs_pass(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 4096}))
     (tmp_path / "train.jsonl").write_text('{"text": "a"}\n')
     check_inputs(validate(TrainConfig(model=str(tmp_path), data=str(tmp_path / "train.jsonl"), seq_len=1024)))
 
