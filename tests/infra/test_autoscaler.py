@@ -116,6 +116,16 @@ def test_toleration_matching_follows_kubernetes(toleration, tolerated):
     assert (ca.unschedulable_reasons(node, {"tolerations": [toleration]}) == []) is tolerated
 
 
+@pytest.mark.parametrize("effect,blocks", [("NoSchedule", True), ("NoExecute", True), ("PreferNoSchedule", False)])
+def test_only_hard_taint_effects_keep_an_untolerating_pod_off_the_node(effect, blocks):
+    """Kubernetes' TaintToleration filter (pkg/scheduler/framework/plugins/tainttoleration) filters on NoSchedule and
+    NoExecute taints; PreferNoSchedule is a soft preference, only scored."""
+    node = {"metadata": {"labels": {}}, "status": {"allocatable": {}},
+            "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": effect}]}}
+    expected = [f"taint dedicated=ml:{effect} is not tolerated"] if blocks else []
+    assert ca.unschedulable_reasons(node, {"tolerations": []}) == expected
+
+
 def test_the_stack_refuses_a_group_the_autoscaler_cannot_start_for_the_workers(monkeypatch):
     monkeypatch.setattr(node_groups, "gpu_node_tags", lambda spec: {})
     with pytest.raises(ValueError, match=r"template node cannot take the Ray worker pod: vpc.amazonaws.com/efa: "
