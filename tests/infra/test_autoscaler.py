@@ -174,6 +174,20 @@ def test_scale_down_delay_setting_reaches_the_autoscaler():
     assert (changed["scale-down-unneeded-time"], changed["scale-down-delay-after-add"]) == ("12m", "12m")
 
 
+def _blocks_scale_down(pod: dict, extra_args: dict) -> bool:
+    """Cluster Autoscaler's FAQ ("What types of pods can prevent CA from removing a node?"): a pod with local
+    storage (an emptyDir or hostPath volume) keeps its node, unless --skip-nodes-with-local-storage=false
+    (its default is true)."""
+    local = any("emptyDir" in v or "hostPath" in v for v in pod.get("volumes", []))
+    return local and extra_args.get("skip-nodes-with-local-storage", "true") != "false"
+
+
+def test_the_workers_emptydir_volumes_do_not_keep_a_gpu_node(template):
+    pod = worker_pod(template)
+    assert any("emptyDir" in v for v in pod["volumes"])  # /dev/shm and the model cache
+    assert not _blocks_scale_down(pod, helm_chart(template, "cluster-autoscaler")["Values"]["extraArgs"])
+
+
 @pytest.mark.parametrize("change,message", [
     ({"kubernetes_version": "1.35"}, r"^cluster autoscaler: v1.36.1 is the release for Kubernetes 1.36, the cluster runs 1.35$"),
     ({"scale_down_delay_minutes": 0}, r"^cluster autoscaler: scale-down delay 0 min is not 1 to 1440$"),
