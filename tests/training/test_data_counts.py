@@ -99,6 +99,16 @@ def test_a_resume_with_another_micro_batch_is_refused(tmp_path):
         refuse_changed_resume(cfg, tmp_path)
 
 
+@pytest.mark.parametrize("saved,current,named", [({"shuffle": True}, {"shuffle": False}, "--shuffle True -> False"),
+                                                  ({"seed": 1}, {"seed": 7}, "--seed 1 -> 7")])
+def test_a_resume_in_another_data_order_is_refused(tmp_path, saved, current, named):
+    # The saved data position counts micro-batches in the checkpoint's order: in another order, the resumed
+    # run would see some records twice and skip others.
+    (tmp_path / "settings.json").write_text(json.dumps({**TrainConfig(run_name="sft").__dict__, **saved}))
+    with pytest.raises(RuntimeError, match=r"--run-name sft: its checkpoint was trained with other settings \(" + named):
+        refuse_changed_resume(TrainConfig(run_name="sft", **current), tmp_path)
+
+
 def test_a_resume_with_the_same_settings_goes_on(tmp_path):
     cfg = TrainConfig(run_name="sft", lr=1e-5)
     (tmp_path / "settings.json").write_text(json.dumps(TrainConfig(run_name="sft").__dict__))
