@@ -26,6 +26,14 @@ def test_pack_counts_what_each_block_holds():
     assert out["unlearned"].tolist() == [1, 0]
 
 
+def test_a_chat_of_exactly_one_block_is_not_truncated_and_one_token_more_is():
+    # seq_len 8: a chat of 8 tokens fills its block whole; a chat of 9 loses its last token.
+    exact = pack([(list(range(1, 9)), [True] * 8, True)], seq_len=8, pad_id=0)
+    longer = pack([(list(range(1, 10)), [True] * 9, True)], seq_len=8, pad_id=0)
+    assert exact["truncated"].tolist() == [0]
+    assert longer["truncated"].tolist() == [1]
+
+
 def test_counts_sum_micro_batches_and_flag_blocks_with_nothing_to_learn():
     learned = {"input_ids": torch.zeros((2, 4), dtype=torch.int64),
                "labels": torch.tensor([[1, 2, IGNORE_INDEX, IGNORE_INDEX], [IGNORE_INDEX] * 4]),
