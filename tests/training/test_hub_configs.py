@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.data import DataError, _hub_filesystem, hub_data_files
+from training.sources import DataError, _hub_filesystem, hub_data_files
 
 TWO_FOLDERS = ("---\nconfigs:\n- config_name: en\n  data_dir: en\n- config_name: fr\n  data_dir: fr\n---\n# Two languages\n")
 
