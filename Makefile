@@ -121,11 +121,13 @@ bench: $(VENV)/.train-deps
 	NVSHMEM_DISABLE_NVLS=$${NVSHMEM_DISABLE_NVLS:-1} $(PY) -m benchmarks.bench --out $(CURDIR)/bench-out $(BENCH_ARGS)
 
 # peft and the two of its dependencies a bare GPU machine lacks, and the peer recipe's liger-kernel
-# (pure Python on torch and Triton), as wheels in .whl/: `--suite lora` and `--suite mfu` install
+# (pure Python on torch and Triton), and torchao for --precision fp8 (0.17.0: the release for the GPU image's
+# torch 2.11; requirements-train.txt says why), as wheels in .whl/: `--suite lora` and `--suite mfu` install
 # them from there (offline) when missing; carry .whl to that machine.
 bench-wheels: $(VENV)/.train-deps
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d .whl \
-		$$(grep '^peft==' requirements-train.txt) accelerate==1.15.0 psutil==7.2.2 liger-kernel==0.8.5
+		$$(grep '^peft==' requirements-train.txt) accelerate==1.15.0 psutil==7.2.2 liger-kernel==0.8.5 \
+		torchao==0.17.0
 
 clean:
 	rm -rf cdk.out .pytest_cache mutants

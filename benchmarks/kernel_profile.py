@@ -75,6 +75,9 @@ SHAPES = (
     # and what each micro-batch adds, apart.
     Shape("l4 shape, one micro-batch (1 x 2048 x 1, recomputation)", "l4", {"grad_accum": 1}),
     Shape("l4 shape, 16 micro-batches (1 x 2048 x 16, recomputation)", "l4", {"grad_accum": 16}),
+    # Issue 35: where float8's time goes (the casts and amax reductions are Inductor kernels: memory-bound;
+    # _scaled_mm runs as cuBLAS/CUTLASS GEMMs: matmul), and whether its layers compile without graph breaks.
+    Shape("h200 profile in fp8 (8 x 4096, tensorwise, float8 all-gather)", "h200", {"precision": "fp8"}),
 )
 
 
@@ -215,7 +218,10 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     from benchmarks.worker import _meta_model, _trainer_step, time_steps
     from training.metrics import model_flops_per_token
 
+    from torch._dynamo.utils import counters
+
     cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)
+    counters.clear()
     model, optimizer, step = _trainer_step(cfg, device, rank, world, None)
     cuda = device.type == "cuda"
 
@@ -241,10 +247,13 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     trace.unlink()  # tens of MB; the split keeps what matters
     tokens = cfg.tokens_per_step_per_worker
     result = {"name": shape.name, "settings": {k: getattr(cfg, k) for k in (
-                  "seq_len", "micro_batch", "grad_accum", "activation_checkpointing", "compile", "reshard_after_forward")},
+                  "seq_len", "micro_batch", "grad_accum", "activation_checkpointing", "compile", "reshard_after_forward",
+                  "precision")},
               "world_size": world, "tokens_per_step": tokens, "step_s": wall, "steps_timed": steps,
               "flops_per_token": model_flops_per_token(_meta_model(cfg), cfg.seq_len),
-              "split": split, "shares": shares(split, wall)}
+              "split": split, "shares": shares(split, wall),
+              # torch.compile's record of this shape's steps: graphs made and the reasons it broke one.
+              "compiled_graphs": counters["stats"]["unique_graphs"], "graph_breaks": dict(counters["graph_break"])}
     del model, optimizer
     if cuda:
         torch.cuda.empty_cache()

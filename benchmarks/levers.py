@@ -49,6 +49,29 @@ def _coordinate_descent():
 
 
 @contextlib.contextmanager
+def _fp8_recipe(make):
+    """training.fp8's float8 config replaced by make() (convert_to_fp8 reads it when it converts)."""
+    from training import fp8
+
+    with mock.patch.object(fp8, "float8_config", lambda all_gather_in_float8=True, emulate=False: make()):
+        yield
+
+
+def _fp8_rowwise():
+    """torchao's rowwise recipe (one scale per row, CUTLASS's rowwise GEMM; weights gathered in bf16)."""
+    from torchao.float8 import Float8LinearConfig
+
+    return _fp8_recipe(lambda: Float8LinearConfig.from_recipe_name("rowwise"))
+
+
+def _fp8_bf16_all_gather():
+    """Tensorwise float8 with the weights all-gathered in bf16 and cast after the gather."""
+    from torchao.float8 import Float8LinearConfig
+
+    return _fp8_recipe(lambda: Float8LinearConfig(enable_fsdp_float8_all_gather=False))
+
+
+@contextlib.contextmanager
 def _liger_kernels():
     """Liger's RoPE, RMSNorm and SwiGLU modules in place of Hugging Face's, inside the trainer's compiled
     layers (its own fused loss stays)."""
@@ -165,7 +188,8 @@ def _process_group_memory():
     return _fsdp_units_after_apply(configure)
 
 
-LEVERS = {"cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
+LEVERS = {"fp8-rowwise": _fp8_rowwise, "fp8-bf16-all-gather": _fp8_bf16_all_gather,
+          "cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
           "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,
           "read-after-update": _read_after_update, "transformers-masks": _transformers_masks,

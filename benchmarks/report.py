@@ -10,6 +10,8 @@ import statistics
 from pathlib import Path
 
 from benchmarks.suites import BENCH_MODEL, MFU_ENV_GROUPS, ROUND, Group
+from benchmarks.worker import FP8_CUBE
+from training.gpus import gpu_for_device_name
 from training.metrics import rates
 
 
@@ -100,6 +102,63 @@ def round_lines(rows: list[dict]) -> list[str]:
     return [f"{name}: median {statistics.median(rates):,.0f} tokens/s/GPU over {len(rates)} rounds "
             f"({min(rates):,.0f}-{max(rates):,.0f}), {statistics.median(rates) / baselines[group]:.3f}x the group's first case"
             for (group, name), rates in rounds.items() if len(rates) > 1]
+
+
+def fp8_lines(rows: list[dict], matmul: dict | None, device: str) -> list[str]:
+    """Each timed case's TFLOP/s against the FP8 peak, measured (the e4m3 8192-cube) and datasheet, and each fp8
+    case's speed over the bf16 default and over the best bf16 peer (--suite fp8)."""
+    fp8_cases = [r for r in rows if r["settings"].get("precision") == "fp8" or r["recipe"] == "fp8-peer"]
+    if not fp8_cases:
+        return []
+    cube = [rates[FP8_CUBE] for rates in (matmul or {}).get("per_rank", []) if FP8_CUBE in rates]
+    measured = statistics.median(cube) if cube else None
+    gpu = gpu_for_device_name(device) if device else None
+    datasheet = gpu.fp8_tflops if gpu and gpu.fp8_tflops else None
+    timed = [r for r in rows if r.get("tflops_per_gpu")]
+    lines = [f"MFU against the FP8 peak (measured {measured or 0:.0f}, datasheet {datasheet or 0:.0f} TFLOP/s): " + ", ".join(
+        f"{r['name']} {r['tflops_per_gpu'] / measured:.1%} / {r['tflops_per_gpu'] / datasheet:.1%}" if measured and datasheet
+        else f"{r['name']} n/a" for r in timed)]
+    default = next((r for r in timed if r["recipe"] == "trainer" and r["settings"].get("precision", "bf16") == "bf16"
+                    and not r.get("levers")), None)
+    peers = [r for r in timed if r["recipe"] in ("liger", "example")]
+    best_peer = max(peers, key=lambda r: r["tokens_per_s_per_gpu"], default=None)
+    for r in (r for r in fp8_cases if r.get("tokens_per_s_per_gpu")):
+        parts = []
+        if default:
+            parts.append(f"{r['tokens_per_s_per_gpu'] / default['tokens_per_s_per_gpu']:.3f}x the bf16 default")
+        if best_peer:
+            parts.append(f"{r['tokens_per_s_per_gpu'] / best_peer['tokens_per_s_per_gpu']:.3f}x the best bf16 peer "
+                         f"({best_peer['name']})")
+        if parts:
+            lines.append(f"{r['name']}: " + ", ".join(parts))
+    return lines
+
+
+PARITY_FINAL_TOLERANCE = 0.005
+PARITY_STEP_TOLERANCE = 0.02
+
+
+def parity_lines(rows: list[dict]) -> list[str]:
+    """--suite parity: fp8's and the repeated bf16's losses against bf16's, same seed and data: the final validation
+    loss (issue 35: within 0.5%) and the largest step-by-step difference (no step over 2%); the repeat is the
+    noise floor that fp8's differences are read against."""
+    by_name = {r["name"]: r for r in rows if r.get("group") == "parity" and r.get("losses")}
+    base = by_name.get("parity: bf16")
+    if not base:
+        return []
+    lines = []
+    for name in ("parity: bf16, repeated", "parity: fp8 tensorwise"):
+        other = by_name.get(name)
+        if not other:
+            continue
+        final = other["val_loss"] / base["val_loss"] - 1
+        steps = [abs(b / a - 1) for a, b in zip(base["losses"], other["losses"])]
+        worst = max(range(len(steps)), key=steps.__getitem__)
+        holds = abs(final) <= PARITY_FINAL_TOLERANCE and steps[worst] <= PARITY_STEP_TOLERANCE
+        lines.append(f"{name} against bf16 over {len(steps)} steps: validation loss {other['val_loss']:.4f} vs "
+                     f"{base['val_loss']:.4f} ({final:+.2%}), largest step difference {steps[worst]:.2%} at step "
+                     f"{worst + 1}: parity {'holds' if holds else 'fails'} (0.5% final, 2% a step)")
+    return lines
 
 
 def measured_peak_tflops(out: Path) -> tuple[float | None, dict | None]:
@@ -243,6 +302,8 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
         lines.append(f"- {comparison}")
     lines += [f"- {line}" for line in accumulation_comparison(rows, out)]
     lines += [f"- {line}" for line in round_lines(rows)]
+    lines += [f"- {line}" for line in fp8_lines(rows, matmul, device)]
+    lines += [f"- {line}" for line in parity_lines(rows)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
         lines += ["", "Model against measurement (planning.plan; link bandwidth from this run):", "",

@@ -77,6 +77,10 @@ class Group:
 
 
 PEER = Case("peer: FSDP2 + Liger kernels, no compile", recipe="liger")
+FP8_PEER = Case("peer FP8: torchao float8 on Hugging Face's model, FSDP2, compiled layers, Liger loss", recipe="fp8-peer")
+# --suite parity: steps of the loss-parity runs (pattern data, same seed), and the validation micro-batches per GPU.
+PARITY_STEPS = 300
+PARITY_EVAL_BATCHES = 16
 
 
 def plan(suite: str, gpus: int) -> list[Group]:
@@ -120,6 +124,10 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return [Group("main", gpus, [default, *variants, *example], measure_matmul=True)]
     if suite == "mfu":
         return mfu_groups(default, gpus)
+    if suite == "fp8":
+        return fp8_groups(default, gpus)
+    if suite == "parity":
+        return parity_groups(gpus)
     groups = [Group("main", gpus, [default, *example], measure_matmul=True), Group("peer", gpus, [PEER])]
     groups += [Group(f"l4-world{world}", world, [l4]) for world in l4_worlds]
     groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
@@ -164,6 +172,26 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
           Case("trainer, l4 profile, no-automatic-gc", profile="l4", levers=("no-automatic-gc",))]
     return [Group("main", gpus, kept, measure_matmul=True), Group("l4-step", gpus, l4),
             Group("peer", gpus, [PEER]), Group("tried", gpus, [default, *tried]), *envs]
+
+
+def fp8_groups(default: Case, gpus: int) -> list[Group]:
+    """Issue 35: the h200 step in bf16 and in float8 (tensorwise with and without float8 all-gather, rowwise),
+    beside the bf16 peer and an FP8 peer recipe, in one run; the matmul rates give the bf16 and FP8 peaks."""
+    fp8 = {"precision": "fp8"}
+    cases = [default, Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
+             Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)),
+             Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))]
+    return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, [PEER, FP8_PEER])]
+
+
+def parity_groups(gpus: int) -> list[Group]:
+    """Issue 35's loss parity: bf16, bf16 again (the noise floor) and fp8 on pattern data at the h200 profile,
+    PARITY_STEPS steps each from the same seed, then the validation loss."""
+    settings = {"data": "pattern", "steps": PARITY_STEPS, "warmup_steps": 10}
+    return [Group("parity", gpus, [
+        Case(name, overrides=settings | extra, evaluate_batches=PARITY_EVAL_BATCHES)
+        for name, extra in (("parity: bf16", {}), ("parity: bf16, repeated", {}),
+                            ("parity: fp8 tensorwise", {"precision": "fp8"}))])]
 
 
 def lora_groups(gpus: int) -> list[Group]:

@@ -16,10 +16,12 @@ from pathlib import Path
 from benchmarks.levers import LEVERS, attention_backend
 from benchmarks.suites import Case
 from training.config import TrainConfig
+from training.fp8 import FP8_MIN_CAPABILITY
 
 
 # The example's recipe: FSDP1, size_based_auto_wrap_policy(min_num_params=1e7), bf16 everywhere.
 EXAMPLE_WRAP_MIN_PARAMS = int(1e7)
+FP8_CUBE = "fp8 8192x8192x8192"
 
 
 def worker(group_file: str, out: str, model_name: str, warmup: int, steps: int) -> None:
@@ -101,6 +103,8 @@ def run_case(case: Case, cfg: TrainConfig, device, rank: int, world: int, full_s
                                                        case.legacy_bf16_accumulation)
             elif case.recipe == "liger":
                 model, optimizer, step = _peer_step(cfg, device, rank, world)
+            elif case.recipe == "fp8-peer":
+                model, optimizer, step = _fp8_peer_step(cfg, device, rank, world)
             else:
                 model, optimizer, step = _example_step(cfg, device, rank, world)
             result["flops_per_token"] = model_flops_per_token(_meta_model(cfg), cfg.seq_len)
@@ -155,6 +159,7 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     """The trainer's own pieces, exactly as train_func wires them (the mesh from the emulated nodes)."""
     import training.model
     from training.data import synthetic_batches
+    from training.fp8 import after_optimizer_step
     from training.model import build_model, device_mesh
     from training.schedule import lr_at
     from training.step import make_optimizer, train_step
@@ -175,7 +180,8 @@ def _trainer_step(cfg: TrainConfig, device, rank: int, world: int, full_state, g
     def step(i: int):
         lr = lr_at(i, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
         return train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                          keep_weights_gathered=not cfg.reshard_after_forward).loss
+                          keep_weights_gathered=not cfg.reshard_after_forward,
+                          after_update=after_optimizer_step if cfg.precision == "fp8" else None).loss
 
     return model, optimizer, step
 
@@ -240,6 +246,48 @@ def _peer_step(cfg: TrainConfig, device, rank: int, world: int):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return lm, optimizer, step
+
+
+def _fp8_peer_step(cfg: TrainConfig, device, rank: int, world: int):
+    """An FP8 recipe as torchtitan's float8 docs and accelerate's torchao backend write it: Hugging Face's model,
+    torchao's tensorwise float8 on every linear layer but the LM head (dimensions divisible by 16, torchao's
+    filter), weights all-gathered in float8 and their scales precomputed after each optimizer step, each decoder
+    layer compiled, FSDP2 per layer and the root, Liger's fused linear cross-entropy."""
+    import torch
+    from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+    from transformers import AutoModelForCausalLM
+
+    from training.data import synthetic_batches
+    from training.model import model_config
+
+    torch.manual_seed(cfg.seed)
+    with device:
+        lm = AutoModelForCausalLM.from_config(model_config(cfg), dtype=torch.float32, attn_implementation="sdpa")
+    apply_liger_kernel_to_qwen2(model=lm)
+    convert_to_float8_training(lm, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True),
+                               module_filter_fn=lambda m, fqn: fqn != "lm_head" and m.in_features % 16 == 0
+                               and m.out_features % 16 == 0)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in lm.model.layers:
+        layer.compile()
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(lm, mp_policy=mp)
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=cfg.lr, fused=True)
+    batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
+
+    def step(i: int):
+        input_ids = next(batches)["input_ids"].to(device)
+        loss = lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        optimizer.step()
+        precompute_float8_dynamic_scale_for_fsdp(lm)
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
@@ -353,5 +401,27 @@ def matmul_rates(device, repeats: int = 20) -> dict:
             times.append(start.elapsed_time(end) / 1000)
         rates[name] = 2 * m * k * n / statistics.median(times) / 1e12
         del a, b
+    if torch.cuda.get_device_capability(device) >= FP8_MIN_CAPABILITY:
+        rates[FP8_CUBE] = fp8_matmul_rate(device, 8192, repeats)
     torch.cuda.empty_cache()
     return rates
+
+
+def fp8_matmul_rate(device, n: int, repeats: int) -> float:
+    """e4m3 x e4m3 -> bf16 TFLOP/s of an n-cube on random data, tensorwise scales (what float8 training's GEMMs run)."""
+    import torch
+
+    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm needs
+    one = torch.ones((), device=device)
+    for _ in range(3):
+        torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * n**3 / statistics.median(times) / 1e12

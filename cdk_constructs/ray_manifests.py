@@ -42,47 +42,35 @@ def digest(value: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
-# Until the synth resolves auto for the pod, the trainer still imports the planner: it ships beside it.
-SHIPPED_PACKAGES = (TRAINER_PACKAGE, "planning")
-
-
-def _imported_modules(source: str, package: str) -> set[str]:
-    """Names of a package's modules that a module imports (any scope)."""
+def _imported_trainer_modules(source: str) -> set[str]:
+    """Names of the trainer package's modules that a module imports (any scope)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             head, _, rest = node.module.partition(".")
-            if head == package:
+            if head == TRAINER_PACKAGE:
                 found |= {rest.split(".")[0]} if rest else {alias.name for alias in node.names}
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(package + ".")}
+            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith(TRAINER_PACKAGE + ".")}
     return found
-
-
-def _imported_trainer_modules(source: str) -> set[str]:
-    """Names of the trainer package's modules that a module imports (any scope)."""
-    return _imported_modules(source, TRAINER_PACKAGE)
 
 
 def trainer_files(package_dir: Path, entry: str = TRAINER_ENTRY) -> dict[str, str]:
     """The trainer as it runs in the pods: the entry module and every package module it imports,
     by path relative to the package's parent. Tools beside it (the GPU benchmark) stay out, so
     editing them rolls no RayCluster."""
-    root = package_dir.parent
-    packages = (package_dir.name, *(p for p in SHIPPED_PACKAGES if p != TRAINER_PACKAGE))
-    wanted, files = [(package_dir.name, Path(entry).stem)], {}
+    wanted, files = [Path(entry).stem], {}
     while wanted:
-        package, module = wanted.pop()
-        path = root / package / f"{module}.py"
-        key = str(path.relative_to(root))
+        module = wanted.pop()
+        path = package_dir / f"{module}.py"
+        key = str(path.relative_to(package_dir.parent))
         if key in files or not path.is_file():
             continue
         files[key] = path.read_text()
-        wanted += sorted((p, m) for p in packages for m in _imported_modules(files[key], p))
-    for package in {key.split("/")[0] for key in files}:
-        init = root / package / "__init__.py"
-        if init.is_file():
-            files[str(init.relative_to(root))] = init.read_text()
+        wanted += sorted(_imported_trainer_modules(files[key]))
+    init = package_dir / "__init__.py"
+    if init.is_file():
+        files[str(init.relative_to(package_dir.parent))] = init.read_text()
     return dict(sorted(files.items()))
 
 
@@ -175,6 +163,8 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
         env["NVIDIA_VISIBLE_DEVICES"] = "void"
     env |= spec.extra_env
     variables = [{"name": k, "value": v} for k, v in env.items()]
+    if worker:  # the health gate names a slow node by the Kubernetes node's name (a pod's hostname is the pod's)
+        variables.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     if spec.hf_token_secret:
         variables.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.hf_token_secret, "key": "token"}}})
     return variables
@@ -317,6 +307,13 @@ _NAMING_CONFIGMAP = "<job>-trainer"
 _NAMING_REGISTRY = "<cache>"
 
 
+# Trainer options that say how many GPUs train, and what the planner resolves for that many (the synth's auto
+# picks and predictions): they change how a run trains, not what it learns, so a run keeps its name (and
+# checkpoints) across them.
+WORLD_SIZE_OPTIONS = ("workers", "micro_batch", "activation_checkpointing", "sharding", "predicted_step_seconds",
+                      "predicted_link_gbps")
+
+
 @dataclass(frozen=True)
 class RayJobSpec:
     namespace: str
@@ -339,6 +336,9 @@ class RayJobSpec:
     """Retries of the submitter pod that runs `ray job submit` (createNewK8sJob)."""
     ttl_seconds_after_finished: int = 300
     """How long the finished job's RayCluster (and GPU nodes) stay, so that logs can be read."""
+    auto_line: str | None = None
+    """What the planner picked for the options left to auto, and why (an annotation for the synth review); the
+    options themselves arrive resolved."""
 
     def __post_init__(self) -> None:
         # rayjob_controller.go (KubeRay v1.7.0) checks activeDeadlineSeconds before preRunningDeadlineSeconds
@@ -357,8 +357,11 @@ class RayJobSpec:
     @property
     def run_name(self) -> str:
         """What the run is: its options, the trainer's code and the rerun number. A retry or a new image
-        under the same run name resumes its checkpoints."""
-        base = f"ft-{digest([self.trainer_options, self.trainer_hash])}"
+        under the same run name resumes its checkpoints. The world size (workers, from gpu_node_count) is not
+        part of it: the trainer resumes a run on another number of GPUs at the same global batch, so a
+        deploy with fewer nodes continues the run."""
+        naming = {k: v for k, v in self.trainer_options.items() if k not in WORLD_SIZE_OPTIONS}
+        base = f"ft-{digest([naming, self.trainer_hash])}"
         return f"{base}-r{self.rerun}" if self.rerun else base
 
     @property
@@ -397,12 +400,15 @@ def _job_spec(job: RayJobSpec, storage_path: str, configmap_name: str) -> dict:
     }
 
 
+AUTO_ANNOTATION = "eks-fsdp-efa/auto"
+
+
 def ray_job_manifest(job: RayJobSpec) -> dict:
+    annotations = {"eks-fsdp-efa/trainer-hash": job.trainer_hash} | ({AUTO_ANNOTATION: job.auto_line} if job.auto_line else {})
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": {"name": job.name, "namespace": job.namespace,
-                     "labels": {"eks-fsdp-efa/run": job.run_name},
-                     "annotations": {"eks-fsdp-efa/trainer-hash": job.trainer_hash}},
+                     "labels": {"eks-fsdp-efa/run": job.run_name}, "annotations": annotations},
         "spec": _job_spec(job, job.storage_path, job.configmap_name),
     }
 

@@ -5,8 +5,8 @@ the ConfigMap holds one compressed `binaryData` entry instead of every source fi
 
 Two limits of the API server apply to the ConfigMap, under the verb aws-cdk-lib's kubectl handler uses
 for an `overwrite` manifest, `kubectl apply`:
-- a ConfigMap's data and binaryData (decoded) together at most 1 MiB (apimachinery/kubernetes
-  pkg/apis/core/validation ValidateConfigMap, MaxSecretSize = 1 MiB);
+- a ConfigMap's data and binaryData values (decoded; keys not counted) together at most 1 MiB
+  (kubernetes pkg/apis/core/validation ValidateConfigMap, MaxSecretSize = 1 MiB);
 - an object's annotations at most 262,144 bytes, counted as len(key) + len(value) over all of them
   (apimachinery pkg/api/validation/objectmeta.go ValidateAnnotationsSize, TotalAnnotationSizeLimitB).
   `kubectl apply` stores the whole object it applied in the annotation
@@ -87,11 +87,11 @@ def annotations_bytes(annotations: dict[str, str]) -> int:
 
 
 def configmap_bytes(configmap: dict) -> int:
-    """ValidateConfigMap's count: keys and values of data, keys and decoded values of binaryData."""
+    """ValidateConfigMap's count: the values of data and the decoded values of binaryData (`totalSize +=
+    len(value)` over both; the keys are not counted)."""
     data = configmap.get("data") or {}
     binary = configmap.get("binaryData") or {}
-    return (sum(len(k) + len(v.encode()) for k, v in data.items())
-            + sum(len(k) + len(base64.b64decode(v)) for k, v in binary.items()))
+    return sum(len(v.encode()) for v in data.values()) + sum(len(base64.b64decode(v)) for v in binary.values())
 
 
 def check_configmap_fits(configmap: dict, archive: bytes, budget: int = ANNOTATIONS_BUDGET_BYTES) -> None:

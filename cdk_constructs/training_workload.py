@@ -72,7 +72,10 @@ class TrainingWorkloadProps:
     cpu_per_worker: int
     memory_gib_per_worker: int
     trainer_options: dict
-    """The trainer's options (stacks.settings.trainer_options); storage path, run name and cache are added here."""
+    """The trainer's options with auto resolved (stacks.settings.planned_trainer_options); storage path, run name
+    and cache are added here."""
+    auto_line: str | None = None
+    """What the planner picked for auto, and why: an annotation of the RayJob, for the synth review."""
     requires: Sequence[IDependable] = ()
     """What must run before the RayJob: device plugins (GPU and EFA resources) and KubeRay (CRDs)."""
     gpu_taint: bool = True
@@ -141,7 +144,7 @@ class TrainingWorkload(Construct):
             active_deadline_seconds=props.active_deadline_seconds,
             pre_running_deadline_seconds=props.pre_running_deadline_seconds, backoff_limit=props.backoff_limit,
             submitter_backoff_limit=props.submitter_backoff_limit,
-            ttl_seconds_after_finished=props.ttl_seconds_after_finished,
+            ttl_seconds_after_finished=props.ttl_seconds_after_finished, auto_line=props.auto_line,
         )
         self.ray_job_manifest = rm.ray_job_manifest(self.job_spec)
         self.configmap_manifest = rm.job_configmap(self.job_spec)

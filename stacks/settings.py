@@ -96,6 +96,10 @@ class TrainingSettings:
     reduce_dtype: str = field(default="bf16", metadata=_trainer())
     """Gradient reduction dtype: bf16 halves the bytes on the one EFA link (+52% tokens/s predicted on
     2 x g6.12xlarge; the loss curve kept fp32's in the 62-step comparison, docs/benchmarks.md), or fp32."""
+    precision: str = field(default="bf16", metadata=_trainer())
+    """Matmul precision of the decoder layers: bf16, or fp8 (torchao float8; needs FP8 tensor cores: g6, g6e, p5,
+    not g5 or p4d; full fine-tuning only). Off by default until its speed and loss parity are measured
+    (docs/benchmarks.md)."""
     reshard_after_forward: bool = field(default=True, metadata=_trainer())
     """False keeps each layer's weights gathered through a step's micro-batches: one all-gather per
     step instead of two per micro-batch over EFA, for about 9 GB more per GPU (fits L4s at 8 workers;
@@ -227,6 +231,22 @@ def trainer_options(s: Settings) -> dict[str, typing.Any]:
         for f in dataclasses.fields(TrainingSettings) if "trainer_option" in f.metadata
     }
     return options | {"workers": s.training_workers, "instance_type": s.gpu_instance_type}
+
+
+def planned_trainer_options(s: Settings) -> tuple[dict[str, typing.Any], str | None]:
+    """The RayJob's trainer options: trainer_options with every auto resolved by the planner and its predicted
+    step time and link bandwidth added (planning.auto.resolve_options); and the line that says what auto picked.
+    The pods run explicit values: the trainer ships without the planner."""
+    from planning.auto import resolve_options
+    from planning.model_config import PROJECT_CONTEXT_FILE, project_context, save
+
+    # A model the planner sizes from its config.json is looked up once (the user's network and credentials) and
+    # cached in cdk.context.json, as CDK caches its own lookups; the next synth needs no network.
+    configs = project_context()
+    cached = set(configs)
+    resolved = resolve_options(trainer_options(s), configs)
+    save({k: v for k, v in configs.items() if k not in cached}, PROJECT_CONTEXT_FILE)
+    return resolved
 
 
 def _setting_of_option(option: str) -> str:

@@ -20,7 +20,7 @@ from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadP
 from cdk_constructs.vpc_cni import VpcCni, VpcCniProps
 from stacks.nag import add_nag_suppressions
 from stacks.outputs import job_outputs
-from stacks.settings import Settings, trainer_options
+from stacks.settings import Settings, planned_trainer_options
 from stacks.validation import access_entry_principal, reproducibility_warnings
 
 
@@ -119,13 +119,14 @@ class EfaTrainingStack(Stack):
             Annotations.of(self).add_warning_v2(key, text)
         spec = INSTANCE_TYPES[s.gpu_instance_type]
         pod = worker_pod_resources(spec)
+        options, auto_line = planned_trainer_options(s)
         self.training = TrainingWorkload(
             self, "Training",
             TrainingWorkloadProps(
                 cluster=self.cluster, cluster_name=s.eks_cluster_name, image=t.image, worker_replicas=s.gpu_node_count,
                 gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
                 cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
-                trainer_options=trainer_options(s), requires=(self.kuberay, self.device_plugins),
+                trainer_options=options, auto_line=auto_line, requires=(self.kuberay, self.device_plugins),
                 rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
                 submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished,
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,

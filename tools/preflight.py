@@ -187,6 +187,13 @@ def stack_log_group_names(cluster_name: str) -> list[str]:
     return [f"/aws/eks/{cluster_name}/cluster", *log_group_names(cluster_name)]
 
 
+# The stack states from which `cdk deploy` creates every resource anew, none of the stack's own left
+# (aws-cdk CLI 2.1148: a stack in ROLLBACK_COMPLETE failed its creation and is deleted and re-created,
+# StackStatus.isCreationFailure; one in REVIEW_IN_PROGRESS holds no resource and counts as absent): a
+# leftover group fails that create as it fails a first one.
+STACK_STATUSES_CREATED_AFRESH = frozenset({"DELETE_COMPLETE", "ROLLBACK_COMPLETE", "REVIEW_IN_PROGRESS"})
+
+
 def check_leftover_log_groups(logs, cloudformation, s: Settings) -> Check:
     """A log group of a fixed name that outlived its stack makes CloudFormation's create of it fail
     (AlreadyExists) and roll back the first deploy; one left by a destroyed stack's Fluent Bit may even
@@ -195,7 +202,7 @@ def check_leftover_log_groups(logs, cloudformation, s: Settings) -> Check:
 
     try:
         stacks = cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"]
-        if any(stack["StackStatus"] != "DELETE_COMPLETE" for stack in stacks):
+        if any(stack["StackStatus"] not in STACK_STATUSES_CREATED_AFRESH for stack in stacks):
             return Check("leftover log groups", PASS, f"stack {s.stack_name} exists: its log groups are its own")
     except ClientError as error:
         if "does not exist" not in str(error):
@@ -209,6 +216,44 @@ def check_leftover_log_groups(logs, cloudformation, s: Settings) -> Check:
     return Check("leftover log groups", FAIL,
                  f"{', '.join(found)} left by an earlier stack {s.stack_name}: the deploy would fail creating it",
                  f"read what you need from it, then {commands}")
+
+
+def check_pull_through_cache_rule(ecr, cloudformation, s: Settings) -> Check:
+    """A registry holds one pull-through cache rule per repository prefix: CreatePullThroughCacheRule with a
+    prefix already taken fails (PullThroughCacheRuleAlreadyExistsException, Amazon ECR API Reference), and
+    with it the first deploy. `ecr-public` is also the prefix the ECR console proposes for ECR Public, so an
+    account may well hold one already. The rule of this very stack is no conflict."""
+    from botocore.exceptions import ClientError
+
+    from cdk_constructs.image_cache import CACHE_PREFIX
+
+    name = "pull-through cache rule"
+    if not s.image_pull_through_cache:
+        return Check(name, PASS, "image_pull_through_cache is off: the stack creates no rule")
+    try:
+        rules = ecr.describe_pull_through_cache_rules(ecrRepositoryPrefixes=[CACHE_PREFIX])["pullThroughCacheRules"]
+    except ClientError as error:
+        if error.response["Error"]["Code"] != "PullThroughCacheRuleNotFoundException":
+            raise
+        rules = []
+    if not rules:
+        return Check(name, PASS, f"no rule of prefix {CACHE_PREFIX} yet")
+    try:
+        resources = cloudformation.describe_stack_resources(StackName=s.stack_name)["StackResources"]
+        stack = cloudformation.describe_stacks(StackName=s.stack_name)["Stacks"][0]
+    except ClientError as error:
+        if "does not exist" not in str(error):
+            raise
+        resources, stack = [], {"StackStatus": "DELETE_COMPLETE"}
+    if stack["StackStatus"] not in STACK_STATUSES_CREATED_AFRESH and any(
+            r["ResourceType"] == "AWS::ECR::PullThroughCacheRule" for r in resources):
+        return Check(name, PASS, f"the rule of prefix {CACHE_PREFIX} is stack {s.stack_name}'s own")
+    upstream = rules[0].get("upstreamRegistryUrl", "?")
+    return Check(name, FAIL,
+                 f"a rule of prefix {CACHE_PREFIX} (upstream {upstream}) already exists in {s.region}: the deploy "
+                 "would fail creating the stack's own",
+                 f"set -c image_pull_through_cache=false (pulls through the NAT), or delete it: aws ecr "
+                 f"delete-pull-through-cache-rule --ecr-repository-prefix {CACHE_PREFIX} --region {s.region}")
 
 
 # ---------------------------------------------------------------- running and reporting
@@ -233,6 +278,8 @@ def run_checks(session, s: Settings) -> list[Check]:
         *_guarded("capacity reservation", lambda: check_capacity_reservation(ec2, s)),
         *_guarded("leftover log groups", lambda: check_leftover_log_groups(
             session.client("logs", region_name=s.region), session.client("cloudformation", region_name=s.region), s)),
+        *_guarded("pull-through cache rule", lambda: check_pull_through_cache_rule(
+            session.client("ecr", region_name=s.region), session.client("cloudformation", region_name=s.region), s)),
     ]
 
 
@@ -246,7 +293,7 @@ def _guarded(name: str, check) -> list[Check]:
         code = getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
         operation = getattr(error, "operation_name", "an AWS call")
         return [Check(name, FAIL, f"could not check: {operation} failed with {code}",
-                      "grant the caller read access to EC2, EKS, Service Quotas, CloudFormation and CloudWatch Logs "
+                      "grant the caller read access to EC2, EKS, Service Quotas, CloudFormation, CloudWatch Logs and ECR "
                       "(e.g. ReadOnlyAccess)")]
     return result if isinstance(result, list) else [result]
 

@@ -78,6 +78,24 @@ def text_summary(records: list[dict], summary: dict | None) -> list[str]:
         if stalls:
             lines.append(f"checkpoint pauses: {len(stalls)}, longest {max(stalls):.2f} s")
         lines.append(f"wall time: {summary.get('wall_time_s')} s, transport: {summary.get('transport')}")
+        lines += resilience_lines(summary)
+    return lines
+
+
+def resilience_lines(summary: dict) -> list[str]:
+    """The health gate's measured links beside the planner's figure, and the measured bill beside the estimate."""
+    lines = []
+    health = summary.get("health") or {}
+    planned = health.get("predicted_link_gbps")
+    for link in health.get("links") or []:
+        lines.append(f"link {' <-> '.join(link['nodes'])}: all-reduce {link['all_reduce_gbps']:g} GB/s, all-gather "
+                     f"{link['all_gather_gbps']:g} GB/s (planned {f'{planned:g} GB/s' if planned else 'not given'}; "
+                     f"health gate {health.get('gate_s')} s)")
+    bill = summary.get("bill") or {}
+    if bill.get("measured_usd") is not None:
+        estimate = (f", estimated ${bill['estimate_usd']:.2f} ({bill['error']:+.1%} of measured)"
+                    if bill.get("estimate_usd") and bill.get("error") is not None else "")
+        lines.append(f"GPU nodes billed: ${bill['measured_usd']:.2f} measured{estimate}")
     return lines
 
 

@@ -71,20 +71,23 @@ def _manifests(template: dict, kind: str) -> list[dict]:
 
 def _job_plan(template: dict):
     """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
-    (planning.plan), with what auto picks applied as the trainer applies it; or None."""
-    from training.config import ConfigError, HUB_ARCHITECTURES, parse_args, resolve_auto
-    from planning.search import choose
+    (planning.plan): the synth resolved auto into the entrypoint, and left what it picked and why in an
+    annotation; or None."""
+    from cdk_constructs.ray_manifests import AUTO_ANNOTATION
     from planning.timing import estimate
-    from planning.workload import MODELS, Layout, Workload, cluster_of
+    from planning.auto import model_of
+    from planning.model_config import project_context
+    from planning.workload import Layout, Workload, cluster_of
+    from training.config import ConfigError, parse_args
 
     jobs = _manifests(template, "RayJob")
     if not jobs:
         return None
     try:
-        cfg, picked = resolve_auto(parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:]))
+        cfg = parse_args(shlex.split(jobs[0]["spec"]["entrypoint"])[3:])
     except ConfigError:
         return None
-    model = MODELS.get(HUB_ARCHITECTURES.get(cfg.model, cfg.model))
+    model = model_of(cfg, project_context(), needed=False)  # the synth cached any model's config.json it sized
     spec = INSTANCE_TYPES.get(cfg.instance_type or "")
     if model is None or spec is None or not spec.gpus:
         return None
@@ -92,11 +95,8 @@ def _job_plan(template: dict):
     work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                     activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
                     steps=cfg.steps, lora_rank=cfg.lora_rank)
-    layout_of = lambda sharding: Layout(sharding, not cfg.reshard_after_forward, cfg.reduce_dtype)  # noqa: E731
-    chosen = (choose(model, work, cluster, not cfg.reshard_after_forward, cfg.reduce_dtype) if cfg.sharding == "auto"
-              else estimate(model, work, cluster, layout_of(cfg.sharding)))
-    # Nothing fitting is refused by the settings' validation before synth gets here.
-    return (model, work, cluster, chosen, picked) if chosen else None
+    chosen = estimate(model, work, cluster, Layout(cfg.sharding, not cfg.reshard_after_forward, cfg.reduce_dtype))
+    return model, work, cluster, chosen, jobs[0]["metadata"].get("annotations", {}).get(AUTO_ANNOTATION)
 
 
 def training_estimate(template: dict):
@@ -117,7 +117,7 @@ def training_plan_line(template: dict) -> str | None:
 
 
 def training_auto_line(template: dict) -> str | None:
-    """What auto picked for the RayJob's run and why: the line the trainer logs when it starts; None without auto."""
+    """What auto picked for the RayJob's run and why, as the synth resolved it; None without auto."""
     found = _job_plan(template)
     return found[4] if found else None
 
@@ -175,6 +175,35 @@ def interface_endpoint_azs(template: dict) -> int:
                if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") == "Interface")
 
 
+def job_billed_s(template: dict) -> tuple[float, float, float, float] | None:
+    """(start, training, TTL, scale-down) seconds the GPU nodes bill per run, or None without a plan, a job or an
+    autoscaler."""
+    found = training_estimate(template)
+    jobs = _manifests(template, "RayJob")
+    scale_down = _scale_down_s(template)
+    if found is None or not jobs or scale_down is None:
+        return None
+    return first_step_s(), found[1].run_s, jobs[0]["spec"].get("ttlSecondsAfterFinished", 0), scale_down
+
+
+def gpu_usd_per_hour(template: dict) -> float:
+    """What the autoscaled GPU nodes cost per hour while a job runs (above their idle minimum)."""
+    busy = 0.0
+    for resource in template.get("Resources", {}).values():
+        if resource["Type"] == "AWS::EKS::Nodegroup":
+            spec = INSTANCE_TYPES.get(resource["Properties"]["InstanceTypes"][0])
+            scaling = resource["Properties"]["ScalingConfig"]
+            busy += spec.usd_per_hour * (scaling["MaxSize"] - scaling["MinSize"]) if spec and spec.gpus else 0.0
+    return busy
+
+
+def job_cost_usd(template: dict) -> float | None:
+    """The synth's estimate of one run's GPU instance hours in $ (job_cost_lines' first figure; the NAT's image
+    pulls apart), for the watch's measured bill."""
+    parts = job_billed_s(template)
+    return gpu_usd_per_hour(template) * sum(parts) / 3600 if parts else None
+
+
 def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
     """Per run: the GPU nodes' hours from their start to their removal (boot and pull, training, the finished
     cluster's TTL, the autoscaler's scale-down delay), and their image pulls through the NAT gateway; how long
@@ -190,7 +219,7 @@ def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
     if scale_down is None:
         return lines + ["per run: GPU nodes run from deploy to destroy (gpu_scale_to_zero is false); see the hourly cost"]
     ttl = jobs[0]["spec"].get("ttlSecondsAfterFinished", 0)
-    billed_s = start + found[1].run_s + ttl + scale_down
+    billed_s = sum(job_billed_s(template))
     nodes = _gpu_nodes_per_job(template)
     lines.append(f"per run: ~${gpu_usd_per_hour * billed_s / 3600:,.2f} of GPU nodes (${gpu_usd_per_hour:.2f}/h for "
                  f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{found[1].run_s / 60:.0f} + "

@@ -2,8 +2,9 @@
 
 Before destroying, it reads which of the stack's resources CloudFormation will retain
 (DeletionPolicy Retain: the checkpoint bucket, the secrets KMS key). Afterwards it reports each of
-them, and every log group left under the stack's EKS and Lambda prefixes, with its size and the
-command that deletes it. It deletes nothing that holds data.
+them, every log group left under the stack's EKS and Lambda prefixes, and the repositories its
+pull-through cache rule created, each with its size and the command that deletes it. It deletes
+nothing that holds data.
 """
 
 from __future__ import annotations
@@ -72,6 +73,24 @@ def leftover_log_groups(logs, prefixes: list[str]) -> list[Kept]:
     return kept
 
 
+def cached_repositories(ecr, prefix: str) -> list[Kept]:
+    """The repositories a pull-through cache rule made at the first pulls (ECR User Guide, "Pulling an image
+    with a pull through cache rule": the repository is created then, outside CloudFormation). Deleting the
+    rule with the stack leaves them, and their images bill storage ($0.10/GB-month) until deleted."""
+    kept = []
+    for page in ecr.get_paginator("describe_repositories").paginate():
+        for repository in page.get("repositories", []):
+            name = repository["repositoryName"]
+            if not name.startswith(prefix + "/"):
+                continue
+            size = sum(image.get("imageSizeInBytes", 0)
+                       for images in ecr.get_paginator("describe_images").paginate(repositoryName=name)
+                       for image in images.get("imageDetails", []))
+            kept.append(Kept("ECR repository", name, f"{size / 2**30:.2f} GiB of cached images (pull-through cache)",
+                             f"aws ecr delete-repository --repository-name {name} --force"))
+    return kept
+
+
 def log_group_prefixes(stack_name: str, cluster_name: str) -> list[str]:
     """Where this stack's logs can be: EKS's control-plane group, its Lambdas' default groups, and the
     containers' logs and Container Insights (which Fluent Bit and the agent recreate if they outlive theirs)."""
@@ -134,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             kept.append(describe_key(session.client("kms"), name))
         else:
             kept.append(Kept(kind, name, "retained by its DeletionPolicy", "delete it in its service's console"))
+    if any(r["ResourceType"] == "AWS::ECR::PullThroughCacheRule" for r in resources):
+        from cdk_constructs.image_cache import CACHE_PREFIX
+
+        kept += cached_repositories(session.client("ecr"), CACHE_PREFIX)
     cluster_name = outputs.get("ClusterName", s.eks_cluster_name)
     kept += leftover_log_groups(session.client("logs"), log_group_prefixes(s.stack_name, cluster_name))
     print(kept_report([k for k in kept if k]))

@@ -17,15 +17,21 @@ Exit status: 0 when the job succeeded, 1 when it failed, 2 on errors.
 from __future__ import annotations
 
 import base64
+import json
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
 from cdk_constructs.instance_types import INSTANCE_TYPES
 from stacks.settings import Settings
 from tools.cli import parse, tool_parser
 from tools import cluster_status as cs
+from tools import bill
+from tools.bill import NodeRecorder
 from training.records import RECORD_PREFIX
+from training.watchdog import LINE_PREFIX as HANG_LINE, dump_folders
 
 TOKEN_LIFETIME_S = 14 * 60  # EKS tokens live 15 minutes; sign a new one before that
 RAYJOB = ("ray.io", "v1", "rayjobs")
@@ -100,9 +106,22 @@ def gpu_nodes(api) -> list[dict]:
     return [_plain(api, n) for n in client.CoreV1Api(api).list_node(label_selector=selector).items]
 
 
-def progress_reporter(api, s: Settings, namespace: str):
+def record_nodes(api, namespace: str, recorder: NodeRecorder | None) -> list[dict]:
+    """The GPU nodes now; with a recorder, their and the job's pods' timestamps kept for the measured bill (tools.bill)."""
+    from kubernetes import client
+
+    nodes = gpu_nodes(api)
+    if recorder is None:
+        return nodes
+    pods = _plain(api, client.CoreV1Api(api).list_namespaced_pod(namespace))["items"]
+    recorder.observe(nodes, pods, datetime.now(timezone.utc))
+    return nodes
+
+
+def progress_reporter(api, s: Settings, namespace: str, recorder: NodeRecorder | None = None, pending_check=None):
     """A function that returns the new lines of the job's life since its last call: autoscaler and
-    image-pull events, and the GPU nodes' readiness (GPUs and EFA devices allocatable)."""
+    image-pull events, and the GPU nodes' readiness (GPUs and EFA devices allocatable). Each call
+    also records the nodes for the measured bill, and `pending_check()` notes instances still pending."""
     from kubernetes import client
 
     core, spec, seen, last = client.CoreV1Api(api), INSTANCE_TYPES[s.gpu_instance_type], set(), {"nodes": None}
@@ -114,7 +133,9 @@ def progress_reporter(api, s: Settings, namespace: str):
         on_node: dict = {}
         for pod in pods:
             on_node.setdefault(pod.get("spec", {}).get("nodeName"), []).append(pod["metadata"]["name"])
-        nodes = gpu_nodes(api)
+        nodes = record_nodes(api, namespace, recorder)
+        if pending_check:
+            pending_check()
         reports = [cs.node_report(n, spec.gpus, spec.efa_interfaces, on_node.get(n["metadata"]["name"], [])) for n in nodes]
         ready, problems = cs.nodes_verdict(reports, s.gpu_node_count)
         state = ("ready", tuple(r.name for r in reports)) if ready else tuple(problems)
@@ -134,7 +155,8 @@ def job_is_over(api, namespace: str, job_name: str) -> bool:
     return cs.rayjob_report(rayjob).terminal
 
 
-def follow_teardown(api, s: Settings, namespace: str, job_name: str, poll_s: int, timeout_s: int) -> None:
+def follow_teardown(api, s: Settings, namespace: str, job_name: str, poll_s: int, timeout_s: int,
+                    recorder: NodeRecorder | None = None) -> None:
     """After the job: its RayCluster deleted by KubeRay, then the GPU nodes removed by the autoscaler."""
     from kubernetes import client
 
@@ -149,7 +171,9 @@ def follow_teardown(api, s: Settings, namespace: str, job_name: str, poll_s: int
                 if not s.gpu_scale_to_zero:
                     print("GPU nodes stay up (gpu_scale_to_zero is false)", flush=True)
                     return
-        if cluster_gone and not gpu_nodes(api):
+        # With a recorder every poll reads the nodes: the TTL's end shows as the pods' deletion.
+        nodes = record_nodes(api, namespace, recorder) if recorder or cluster_gone else None
+        if cluster_gone and not nodes:
             print(time.strftime("%H:%M:%S ") + "GPU nodes at zero", flush=True)
             return
         time.sleep(poll_s)
@@ -196,9 +220,10 @@ def billing_line(session, s: Settings, cluster_name: str) -> str:
 
 
 def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: int, timeout_s: int,
-               progress=None) -> bool:
+               progress=None, finished: dict | None = None) -> bool:
     """Follow the RayJob until a terminal state (True when it succeeded) or until timeout_s have passed;
-    `progress` (progress_reporter) adds the lines of what happens around it."""
+    `progress` (progress_reporter) adds the lines of what happens around it. `finished` gets the job's end
+    time and run folder."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
@@ -229,12 +254,16 @@ def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: i
             for line in log_lines[printed:]:
                 if RECORD_PREFIX in line:
                     continue  # the machine-readable twin of the step line above it
-                if "step " in line or "NCCL transport" in line or "run summary" in line or "Error" in line:
+                if any(mark in line for mark in ("step ", "NCCL transport", "run summary", "Error", "health gate", HANG_LINE)):
                     print("  " + line.strip()[:300], flush=True)
             printed = len(log_lines)
         if job.terminal:
             progress = cs.trainer_progress(log_lines)
+            if finished is not None:
+                finished |= {"end": (rayjob.get("status") or {}).get("endTime"), "run": (progress.summary or {}).get("run")}
             print("\n".join(cs.final_summary(job, progress, bucket)))
+            for folder in dump_folders(log_lines):
+                print(f"hang dumps: {folder}/ (every rank's Python stacks and NCCL flight recorder)", flush=True)
             print_report((progress.summary or {}).get("run"))
             return job.succeeded
         if time.monotonic() - started >= timeout_s:
@@ -283,19 +312,24 @@ def main(argv: list[str] | None = None) -> int:
     from kubernetes.client.rest import ApiException
 
     session, api, outputs = boto3.Session(), None, None
-    code = 2
+    code, recorder, pending, finished = 2, NodeRecorder(), {}, {}
     try:
         outputs = stack_outputs(session, s)
         api = kubernetes_api(session, outputs["ClusterName"], s.region)
         namespace, job = outputs["Namespace"], outputs["RayJobName"]
         print(f"job {namespace}/{job}: GPU nodes start when its workers wait for them", flush=True)
         timeout = args.job_timeout or s.training.active_deadline_seconds + 1800
+        ec2 = session.client("ec2", region_name=s.region)
+
+        def pending_check() -> None:
+            bill.pending_sightings(ec2, outputs["ClusterName"], pending, datetime.now(timezone.utc))
+
         succeeded = follow_job(api, namespace, job, outputs.get("CheckpointBucket"), args.poll, timeout,
-                               progress_reporter(api, s, namespace))
+                               progress_reporter(api, s, namespace, recorder, pending_check), finished)
         code = 0 if succeeded else 1
         if job_is_over(api, namespace, job):
             after = args.teardown_timeout or teardown_wait_seconds(s)
-            follow_teardown(api, s, namespace, job, args.poll, after)
+            follow_teardown(api, s, namespace, job, args.poll, after, recorder)
     except NoCredentialsError:
         print("error: no AWS credentials found; run `aws configure` or `aws sso login` first", file=sys.stderr)
     except KeyError as missing:
@@ -312,7 +346,39 @@ def main(argv: list[str] | None = None) -> int:
         print("stopped watching; the job goes on (make watch to follow it again)", file=sys.stderr)
     if outputs is not None:  # the stack exists: whatever happened, say what it costs and how to stop it
         print(billing_line(session, s, outputs.get("ClusterName", s.eks_cluster_name)), flush=True)
+    if recorder.nodes:
+        print(measured_bill_line(session, s, recorder, pending, finished), flush=True)
     return code
+
+
+def measured_bill_line(session, s: Settings, recorder: NodeRecorder, pending: dict, finished: dict) -> str:
+    """The GPU nodes' measured cost beside the synth's estimate (tools.bill), also written into the run summary."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from tools.report import ReportError
+
+    records = list(recorder.nodes.values())
+    try:
+        lives = bill.instance_lives(session.client("ec2", region_name=s.region), [r.instance_id for r in records], pending)
+    except (BotoCoreError, ClientError) as error:
+        return f"measured GPU bill: EC2 unreadable ({str(error).splitlines()[0][:120]})"
+    prices = {name: spec.usd_per_hour for name, spec in INSTANCE_TYPES.items()}
+    measured = bill.measure(records, lives, bill.timestamp(finished.get("end")), prices, datetime.now(timezone.utc))
+    estimate = synth_estimate_usd(s)
+    if finished.get("run"):
+        try:
+            bill.add_to_run_summary(finished["run"], bill.summary(measured, estimate))
+        except (BotoCoreError, ClientError, ReportError, OSError) as error:
+            print(f"(bill not written into the run summary: {str(error).splitlines()[0][:120]})", flush=True)
+    return bill.bill_line(measured, estimate)
+
+
+def synth_estimate_usd(s: Settings) -> float | None:
+    """The per-run estimate `make synth` printed, from the template it left in cdk.out (None without one)."""
+    from tools.review import job_cost_usd
+
+    template = Path("cdk.out") / f"{s.stack_name}.template.json"
+    return job_cost_usd(json.loads(template.read_text())) if template.is_file() else None
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@
 Each worker writes its own shard files into a local folder; Ray Train uploads every worker's
 folder into one checkpoint directory of the storage path, which then holds a complete DCP
 checkpoint (rank 0 adds the .metadata file and train_state.json; storage.checkpoint_complete
-checks that every rank's files arrived).
+checks that every rank's files arrived), and every rank's random state (rng-rank<r>.pt).
+
+A checkpoint resumes on any number of workers: DCP reshards the FSDP2 model and the AdamW state
+onto the new mesh when it loads them, and the data position is global, in rows (sequences) of the
+global batch, which does not depend on the world size (training.config: --batch-tokens).
 
 Saving does not stall training (AsyncSaver): DCP copies the shards to CPU memory, which is the
 only pause, then writes them from a background thread while the next steps run; Ray uploads the
@@ -13,6 +17,7 @@ folder in the background too once every rank has written it.
 from __future__ import annotations
 
 import json
+import random
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,6 +30,61 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 
 from training.storage import SETTINGS, TRAIN_STATE
 
+# train_state.json's data_unit: positions written before it were each worker's micro-batches.
+GLOBAL_ROWS = "global rows"
+
+
+def seed_rank(seed: int, rank: int) -> None:
+    """Seed this rank's random generators (torch CPU and CUDA, Python, numpy) with seed + rank.
+
+    What draws from them differs per rank (LoRA dropout on each rank's own sequences), so the ranks get
+    different streams, each reproducible. Nothing that must agree across ranks draws from them: the
+    initial weights come from rank 0 (training.model), and the data order has its own seeded generators."""
+    import numpy as np
+
+    torch.manual_seed(seed + rank)  # every CUDA device too
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+
+
+def rng_file(rank: int) -> str:
+    return f"rng-rank{rank}.pt"
+
+
+def rng_state() -> dict:
+    import numpy as np
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save_rng(folder: str | Path, rank: int) -> None:
+    Path(folder).mkdir(parents=True, exist_ok=True)  # before DCP, which would make it
+    torch.save(rng_state(), Path(folder) / rng_file(rank))
+
+
+def worker_position(rows: int, world: int, micro_batch: int) -> int:
+    """The micro-batches each of `world` workers has consumed when the global batches have consumed `rows`
+    sequences: worker micro-step m holds global rows m*W*B ... (m+1)*W*B - 1 (training.data), so the
+    position is whole exactly when `rows` is whole global batches of any world size."""
+    per_micro_step = world * micro_batch
+    if rows % per_micro_step:
+        raise ValueError(f"data position {rows} rows is not a whole number of micro-steps of {world} workers x "
+                         f"{micro_batch} sequences")
+    return rows // per_micro_step
+
 
 def _state(model, optimizer) -> dict:
     model_state, optim_state = get_state_dict(model, optimizer)
@@ -32,23 +92,40 @@ def _state(model, optimizer) -> dict:
 
 
 def write_train_state(folder: str | Path, step: int, data_position: int) -> None:
-    (Path(folder) / TRAIN_STATE).write_text(json.dumps({"step": step, "data_position": data_position}))
+    """data_position: the sequences (rows) of global batches consumed."""
+    (Path(folder) / TRAIN_STATE).write_text(json.dumps({"step": step, "data_position": data_position,
+                                                        "data_unit": GLOBAL_ROWS}))
 
 
 def save(folder: str | Path, model, optimizer, step: int, data_position: int, rank: int) -> None:
-    """Synchronous save: every rank waits until its shards are on disk."""
+    """Synchronous save: every rank waits until its shards are on disk. data_position: global rows consumed."""
+    save_rng(folder, rank)
     dcp.save(_state(model, optimizer), checkpoint_id=str(folder))
     if rank == 0:
         write_train_state(folder, step, data_position)
 
 
-def load(folder: str | Path, model, optimizer) -> tuple[int, int]:
-    """Restore in place; returns (step, data_position) of the checkpoint."""
+def load(folder: str | Path, model, optimizer, rank: int | None = None) -> tuple[int, int]:
+    """Restore in place, on this run's world size whatever the checkpoint's; returns (step, data_position in
+    global rows). With `rank`, that rank's random state too, where the checkpoint holds one (a rank beyond
+    the checkpoint's world keeps its seed_rank stream)."""
     state = _state(model, optimizer)
     dcp.load(state, checkpoint_id=str(folder))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    rng = Path(folder) / rng_file(rank if rank is not None else -1)
+    if rng.exists():
+        restore_rng(torch.load(rng, weights_only=False))
+    return read_train_state(folder)
+
+
+def read_train_state(folder: str | Path) -> tuple[int, int]:
+    """(step, data_position in global rows); a position written per worker is converted with the run's settings."""
     train_state = json.loads((Path(folder) / TRAIN_STATE).read_text())
-    return int(train_state["step"]), int(train_state["data_position"])
+    step, position = int(train_state["step"]), int(train_state["data_position"])
+    if train_state.get("data_unit") != GLOBAL_ROWS:
+        settings = json.loads((Path(folder) / SETTINGS).read_text())
+        position *= settings["workers"] * settings["micro_batch"]
+    return step, position
 
 
 @dataclass
@@ -84,6 +161,7 @@ class AsyncSaver:
         started = time.perf_counter()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        save_rng(folder, rank)  # this step's state, before the next step draws from it
         future = dcp.async_save(_state(model, optimizer), checkpoint_id=folder, storage_writer=self._writer,
                                 process_group=self._write_group)
         if rank == 0:

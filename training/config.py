@@ -13,7 +13,6 @@ import functools
 import re
 from dataclasses import dataclass
 
-from planning.hardware import INSTANCE_TYPES
 
 # Built-in model configurations: random init, no download (benchmarks, tests, smoke runs).
 BUILTIN_MODELS = ("qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "tiny")
@@ -30,9 +29,12 @@ SHARDINGS = ("auto", "full", "hybrid")
 # so memory and recomputation both land halfway between none and full, predictably for the planner.
 RECOMPUTATION = ("none", "selective", "full")
 SELECTIVE_EVERY = 2
-# --micro-batch auto and --activation-checkpointing auto: planning.plan picks them (resolve_auto).
+# auto (--micro-batch, --activation-checkpointing, --sharding): the planner picks them before the trainer starts
+# (planning.auto, at synth and in `python -m planning.train`); the trainer itself runs explicit values.
 AUTO = "auto"
 REDUCE_DTYPES = ("fp32", "bf16")
+# Matmul precision of the decoder layers (training.fp8): bf16, or float8 on GPUs with FP8 tensor cores.
+PRECISIONS = ("bf16", "fp8")
 # Attention kernels, by the name transformers gives them; auto picks one (training.model.attention_kernel).
 ATTENTIONS = {"auto": None, "sdpa": "sdpa", "flex": "flex_attention"}
 # Data sources that need no files: uniform random token ids, or a learnable pattern.
@@ -76,11 +78,6 @@ class ConfigError(ValueError):
     """A bad option; the message is one line that names it and what is allowed."""
 
 
-class PlanError(ConfigError):
-    """Options that are each valid but that planning.plan refuses together: the run does not fit, or auto cannot
-    plan it. Raised after every other check, so a value that is wrong in itself is named first."""
-
-
 @dataclass
 class TrainConfig:
     """Everything one training run needs; every field is a --option of the same name."""
@@ -94,8 +91,9 @@ class TrainConfig:
     seq_len: int = 512
     """Tokens per sequence."""
     micro_batch: int | str = 4
-    """Sequences per worker per forward/backward, or auto: planning.plan's fastest split of each worker's share
-    of --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape)."""
+    """Sequences per worker per forward/backward, or auto: the planner's fastest split of each worker's share of
+    --batch-tokens that fits (needs --batch-tokens, a known --instance-type and a model of known shape; resolved by
+    the synth or `python -m planning.train`, never by the trainer)."""
     grad_accum: int = 1
     """Micro-batches per worker per optimizer step; derived from --batch-tokens when that is given."""
     batch_tokens: int | None = None
@@ -113,7 +111,7 @@ class TrainConfig:
     """Gradient-norm clip (0 disables)."""
     activation_checkpointing: str = "none"
     """Recompute decoder layers in backward: none; full (every layer: least memory, about 1/3 more compute);
-    selective (every second layer: half of each); or auto (planning.plan's fastest that fits, as for
+    selective (every second layer: half of each); or auto (the planner's fastest that fits, as for
     --micro-batch auto). The old boolean form still works: the bare flag is full, --no-activation-checkpointing none."""
     compile: bool = False
     """torch.compile each decoder layer (GPU)."""
@@ -124,15 +122,27 @@ class TrainConfig:
     Off: they stay gathered through backward and through all of a step's micro-batches."""
     sharding: str = "auto"
     """full (FSDP over every GPU), hybrid (shard within a node, replicate across nodes: only one
-    gradient all-reduce per step crosses nodes), or auto (what planning.plan says is fastest and fits)."""
+    gradient all-reduce per step crosses nodes), or auto: the planner's fastest that fits (on one machine, --local,
+    full without it)."""
     reduce_dtype: str = "fp32"
     """Dtype of gradient reduction on GPU: fp32, or bf16 (half the bytes on the links)."""
+    precision: str = "bf16"
+    """Matmuls of the decoder layers: bf16, or fp8 (torchao float8, tensorwise scaling, weights all-gathered
+    in float8; the LM head and loss stay bf16). fp8 needs FP8 tensor cores (L4, L40S, H100, H200), full
+    fine-tuning and torchao (training.fp8; docs/benchmarks.md has its measured speed and loss)."""
     attention: str = "auto"
     """Attention kernel: sdpa (PyTorch's fused kernels; a document mask makes it use a slower masked
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
     data on GPU, sdpa otherwise (docs/benchmarks.md)."""
     instance_type: str | None = None
-    """The nodes' EC2 instance type (planning/hardware.py), for --sharding auto's estimate of the links."""
+    """The nodes' EC2 instance type (planning/hardware.py): what the planner resolves auto for."""
+    predicted_step_seconds: float | None = None
+    """The planner's step time for this run, seconds (the synth passes it): the hang watchdog allows max(10 x this,
+    60 s) per step."""
+    predicted_link_gbps: float | None = None
+    """The planner's bandwidth of the slowest link the step's collectives cross, GB/s one way (each node's network
+    on several nodes, the intra-node link per GPU on one; the synth passes it): the health gate fails a node pair
+    below half of it."""
     profile: str | None = None
     """Apply a GPU profile's settings first: h200 or l4 (explicit options still win)."""
     data: str = "pattern"
@@ -217,18 +227,32 @@ class TrainConfig:
         return self.micro_batch * self.grad_accum * self.seq_len
 
 
-# What fixes where a run's data position points and how its LR schedule runs: a checkpoint resumes only
-# under the same values (train.refuse_changed_resume).
-RESUME_SETTINGS = ("model", "model_revision", "workers", "micro_batch", "seq_len", "grad_accum", "batch_tokens", "steps",
-                   "warmup_steps", "min_lr_ratio", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field", "prompt_field",
-                   "response_field", "assistant_only_loss", "chat_template", "default_system_prompt", "lora_rank",
-                   "lora_alpha")
+# What a resumed run must share with its checkpoint: every setting that changes the model, the data order or
+# the optimisation (train.refuse_changed_resume, on the driver). The world size is not among them: the global
+# batch (global_batch_sequences) is, and the checkpoint reshards onto any number of workers.
+RESUME_SETTINGS = ("model", "model_revision", "seq_len", "steps", "lr", "warmup_steps", "min_lr_ratio", "weight_decay",
+                   "grad_clip", "reduce_dtype", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field",
+                   "prompt_field", "response_field", "assistant_only_loss", "chat_template", "default_system_prompt",
+                   "lora_rank", "lora_alpha", "lora_dropout", "lora_target_modules")
+
+
+def global_batch_sequences(settings: dict) -> int:
+    """Sequences per optimizer step over all workers: --batch-tokens / --seq-len where the batch is given in tokens
+    (micro-batch and accumulation then follow the world size), else workers x micro-batch x accumulation."""
+    if settings.get("batch_tokens"):
+        return settings["batch_tokens"] // settings["seq_len"]
+    return settings["workers"] * settings["micro_batch"] * settings["grad_accum"]
 
 
 def resume_changes(saved: dict, current: dict) -> list[str]:
-    """'--option old -> new' for each resume setting that differs from the checkpoint's."""
-    return [f"{_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
-            if k in saved and saved[k] != current.get(k)]
+    """'--option old -> new' for each resume setting that differs from the checkpoint's, and the global batch."""
+    changed = [f"{option_flag(k)} {saved[k]!r} -> {current.get(k)!r}" for k in RESUME_SETTINGS
+               if k in saved and saved[k] != current.get(k)]
+    before, after = global_batch_sequences(saved), global_batch_sequences(current)
+    if before != after:
+        changed.append(f"global batch (--batch-tokens / --seq-len, or --workers x --micro-batch x --grad-accum) "
+                       f"{before} -> {after} sequences")
+    return changed
 
 
 def validate(c: TrainConfig) -> TrainConfig:
@@ -259,8 +283,17 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.sharding in SHARDINGS, f"--sharding: {c.sharding!r} must be one of {', '.join(SHARDINGS)}")
     require(c.attention in ATTENTIONS, f"--attention: {c.attention!r} must be one of {', '.join(ATTENTIONS)}")
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
-    require(c.instance_type is None or c.instance_type in INSTANCE_TYPES,
-            f"--instance-type: {c.instance_type!r} is not in planning/hardware.py ({', '.join(sorted(INSTANCE_TYPES))})")
+    require(c.instance_type is None or re.fullmatch(r"[a-z0-9-]+\.[a-z0-9-]+", c.instance_type) is not None,
+            f"--instance-type: {c.instance_type!r} is not an EC2 instance type name (family.size, e.g. g6.12xlarge)")
+    for option in ("predicted_step_seconds", "predicted_link_gbps"):
+        value = getattr(c, option)
+        require(value is None or 0 < value < float("inf"), f"{option_flag(option)}: {value} must be above 0")
+    require(c.precision in PRECISIONS, f"--precision: {c.precision!r} must be one of {', '.join(PRECISIONS)}")
+    # LoRA's frozen base weights get no gradient and its adapters are small: float8 casts would cost more than they save.
+    require(c.precision != "fp8" or c.lora_rank == 0,
+            f"--precision: fp8 trains full weights; with --lora-rank {c.lora_rank} use --precision bf16")
+    require(c.precision != "fp8" or c.gpu is not False,
+            "--precision: fp8 needs a GPU with FP8 tensor cores; --no-gpu trains on the CPU: use --precision bf16")
     require(c.profile is None or c.profile in GPU_PROFILES,
             f"--profile: {c.profile!r} is not one of {', '.join(GPU_PROFILES)}")
     require(1 <= c.workers <= MAX_WORKERS, f"--workers: {c.workers} must be between 1 and {MAX_WORKERS}")
@@ -295,7 +328,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     for option in ("text_field", "messages_field", "response_field"):
         value = getattr(c, option)
         require(value is None or _FIELD.fullmatch(value) is not None,
-                f"{_flag(option)}: {value!r} must be a field name (letters, digits, '_')")
+                f"{option_flag(option)}: {value!r} must be a field name (letters, digits, '_')")
     require(c.prompt_field is None or all(_FIELD.fullmatch(f) for f in c.prompt_field.split(",")),
             f"--prompt-field: {c.prompt_field!r} must be field names separated by commas (letters, digits, '_')")
     require((c.prompt_field is None) == (c.response_field is None),
@@ -321,7 +354,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     for option in ("inject_failure_at_step", "inject_nan_at_step"):
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
-                f"{_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
+                f"{option_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
     require(c.micro_batch != AUTO or c.batch_tokens is not None,
             "--micro-batch: auto needs --batch-tokens (the batch it splits into micro-batches; the optimisation keeps it)")
     if c.micro_batch == AUTO:
@@ -332,10 +365,6 @@ def validate(c: TrainConfig) -> TrainConfig:
         require(c.grad_accum in (1, accum), f"--grad-accum: {c.grad_accum} and --batch-tokens {c.batch_tokens} "
                 f"(which gives {accum} at {c.workers} workers) are exclusive; give one")
         c = dataclasses.replace(c, grad_accum=accum)
-    if AUTO in (c.micro_batch, c.activation_checkpointing):
-        resolve_auto(c)  # refuses here, at synth, what auto cannot plan or fit
-    else:
-        _validate_fit(c)
     return c
 
 
@@ -362,73 +391,6 @@ def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: i
 
 # The old boolean --activation-checkpointing (cdk.json true/false, a bool in code): every layer, or none.
 _OLD_RECOMPUTATION = {True: "full", False: "none", "true": "full", "false": "none"}
-
-
-def _planned(c: TrainConfig):
-    """(model shape, cluster) of the run where planning.plan knows both: a known instance type and model, whole
-    nodes of workers (or fewer workers than one node's GPUs); else None."""
-    from planning.workload import MODELS, cluster_of
-
-    spec = INSTANCE_TYPES.get(c.instance_type or "")
-    model = MODELS.get(HUB_ARCHITECTURES.get(c.model, c.model))
-    if spec is None or spec.gpu is None or model is None or (c.workers > spec.gpus and c.workers % spec.gpus):
-        return None
-    nodes = max(c.workers // spec.gpus, 1)
-    return model, dataclasses.replace(cluster_of(spec.name, nodes), gpus_per_node=min(c.workers, spec.gpus))
-
-
-def _validate_fit(c: TrainConfig) -> None:
-    """On a known instance type and model, the run's shape must fit a GPU in one layout it may use
-    (planning.plan's memory model): refused here, at synth, rather than out of memory on the nodes."""
-    from planning.search import fit_error
-    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
-
-    planned = _planned(c)
-    if planned is None:
-        return
-    model, cluster = planned
-    work = Workload(seq_len=c.seq_len, micro_batch=c.micro_batch, grad_accum=c.grad_accum,
-                    activation_checkpointing=c.activation_checkpointing, loss_chunk_tokens=c.loss_chunk_tokens,
-                    lora_rank=c.lora_rank)
-    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
-    problem = fit_error(model, work, cluster, shardings, not c.reshard_after_forward, c.reduce_dtype)
-    if problem:
-        raise PlanError(problem)
-
-
-def resolve_auto(c: TrainConfig) -> tuple[TrainConfig, str | None]:
-    """The run's options with auto micro-batch and recomputation replaced by planning.plan's pick, and the line
-    that says what it picked and why (None when neither is auto). The pick is the fastest that fits (layout,
-    micro-batch, recomputation, of those the options leave to auto) at the same batch: each worker's sequences
-    per step stay --batch-tokens / (--workers x --seq-len), so the optimisation does not change. PlanError (one
-    line naming the option to change) when auto cannot plan the run or nothing fits."""
-    from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
-    from planning.workload import SHARDINGS as LAYOUT_SHARDINGS, Workload
-
-    free = tuple(o for o in SHAPE_OPTIONS if getattr(c, o) == AUTO)
-    if not free:
-        return c, None
-    planned = _planned(c)
-    if planned is None:
-        raise PlanError(f"{_flag(free[0])}: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
-                        f"workers (--workers) and a model whose shape the planner knows ({', '.join(BUILTIN_MODELS)} or "
-                        f"their Qwen/Qwen2.5 hub ids); set {' and '.join(_flag(o) for o in free)} instead")
-    model, cluster = planned
-    if "micro_batch" in free:
-        micro_batch, grad_accum = c.batch_tokens // (c.workers * c.seq_len), 1  # every sequence in one, to be split
-    else:
-        micro_batch, grad_accum = c.micro_batch, c.grad_accum
-    work = Workload(seq_len=c.seq_len, micro_batch=micro_batch, grad_accum=grad_accum,
-                    activation_checkpointing="full" if "activation_checkpointing" in free else c.activation_checkpointing,
-                    loss_chunk_tokens=c.loss_chunk_tokens, steps=c.steps, lora_rank=c.lora_rank)
-    shardings = LAYOUT_SHARDINGS if c.sharding == "auto" else (c.sharding,)
-    keep_gathered = not c.reshard_after_forward
-    chosen = choose(model, work, cluster, keep_gathered, c.reduce_dtype, shapes=free, shardings=shardings)
-    if chosen is None:
-        raise PlanError(fit_error(model, work, cluster, shardings, keep_gathered, c.reduce_dtype, free=free))
-    picked = dataclasses.replace(c, micro_batch=chosen.work.micro_batch, grad_accum=chosen.work.grad_accum,
-                                 activation_checkpointing=chosen.work.activation_checkpointing)
-    return picked, auto_line(model, work, cluster, chosen, free, shardings)
 
 
 def _validate_data(option: str, value: str) -> None:
@@ -480,7 +442,7 @@ def _validate_location(option: str, value: str, remote: bool = True) -> None:
         raise ConfigError(f"{option}: {value!r} must be an absolute file:///path")
 
 
-def _flag(name: str) -> str:
+def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
@@ -507,17 +469,17 @@ def build_parser() -> argparse.ArgumentParser:
         kind = f.type if isinstance(f.type, str) else f.type.__name__
         help_text = docs.get(f.name, "")
         if kind.startswith("bool"):
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(option_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=f.default, help=help_text)
             continue
         if f.name == "activation_checkpointing":  # once a boolean flag: bare, it still means full
-            parser.add_argument(_flag(f.name), dest=f.name, nargs="?", const="full", default=f.default,
+            parser.add_argument(option_flag(f.name), dest=f.name, nargs="?", const="full", default=f.default,
                                 metavar="{" + ",".join(RECOMPUTATION + (AUTO,)) + "}", help=help_text)
             parser.add_argument("--no-activation-checkpointing", dest=f.name, action="store_const", const="none",
                                 help="the same as --activation-checkpointing none")
             continue
         base = {"int": int, "float": float, "str": str}[kind.split(" ")[0]]
-        parser.add_argument(_flag(f.name), dest=f.name, type=_typed(base, f.name), default=f.default, help=help_text)
+        parser.add_argument(option_flag(f.name), dest=f.name, type=_typed(base, f.name), default=f.default, help=help_text)
     return parser
 
 
@@ -529,7 +491,7 @@ def _typed(base: type, name: str):
             return base(text)
         except ValueError:
             kind = "an integer" if base is int else "a number"
-            raise argparse.ArgumentTypeError(f"{_flag(name)}: {text!r} is not {kind}"
+            raise argparse.ArgumentTypeError(f"{option_flag(name)}: {text!r} is not {kind}"
                                              f"{' or auto' if name == 'micro_batch' else ''}") from None
 
     parse.__name__ = base.__name__
@@ -548,6 +510,18 @@ def _field_docs() -> dict[str, str]:
         if isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
             docs[node.target.id] = following.value.value
     return docs
+
+
+def options_argv(options: dict) -> list[str]:
+    """The command line of trainer options by TrainConfig name: --flag=value each (booleans --flag / --no-flag,
+    None left out), as the RayJob's entrypoint writes them."""
+    argv = []
+    for name, value in options.items():
+        if isinstance(value, bool):
+            argv.append(option_flag(name) if value else "--no-" + name.replace("_", "-"))
+        elif value is not None:
+            argv.append(f"{option_flag(name)}={value}")
+    return argv
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:

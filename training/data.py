@@ -11,19 +11,17 @@ that a resumed run continues where the checkpoint left off.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
 
-from training.config import DATA_SUFFIXES, HF_DATA_SPEC, HF_SPEC_FORMS
 from training.loss import IGNORE_INDEX
+from training.sources import DataError, read_source
 
 # Synthetic validation data: the same task on sequences the training stream never holds.
 VALIDATION_SEED_OFFSET = 7_919
@@ -59,10 +57,6 @@ def synthetic_batches(kind: str, seed: int, vocab_size: int, seq_len: int, micro
 
 
 # ---------------------------------------------------------------- records to documents
-
-
-class DataError(ValueError):
-    """The data cannot be read as the options say; one line naming the option."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +116,16 @@ def _text_parts(content) -> bool:
         isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str) for part in content)
 
 
+def _other_part(content) -> str | None:
+    """The type of the first part that is not text (an image, audio) in a list of content parts."""
+    if not isinstance(content, list):
+        return None
+    for part in content:
+        if isinstance(part, dict) and part.get("type") not in (None, "text"):
+            return str(part["type"])
+    return None
+
+
 def _message(raw, record: dict) -> dict:
     """One chat message, as the template will see it: every field it carries (tool_calls, name,
     tool_call_id...), and content that is a string, None on an assistant turn that calls tools, or a
@@ -131,6 +135,10 @@ def _message(raw, record: dict) -> dict:
         raise DataError(f"--messages-field: a message is not a {{role, content}} object in record {_preview(record)}")
     content = message.get("content")
     calls_tools = message["role"] == "assistant" and bool(message.get("tool_calls"))
+    other = _other_part(content)
+    if other is not None:
+        raise DataError(f"--messages-field: a {message['role']} message holds a {other!r} part; this trainer learns "
+                        f"text only (remove the record or its non-text parts); record {_preview(record)}")
     if not (isinstance(content, str) or (content is None and calls_tools) or _text_parts(content)):
         raise DataError(f"--messages-field: a {message['role']} message's content must be a string, a list of "
                         f"text parts, or null on an assistant turn with tool_calls; record {_preview(record)}")
@@ -172,6 +180,24 @@ def record_tools(record: dict, fmt: DataFormat) -> list | None:
 
 
 REPLY_MARKER = "\ue000REPLY\ue000"  # a private-use character: no real reply holds it
+
+
+def template_renders_parts(tokenizer, template: str | None = None) -> bool:
+    """Whether the template renders content given as a list of text parts. Templates written for strings
+    either fail on a list (Qwen2.5's: "can only concatenate str (not list)") or render it as nothing
+    (Qwen3's `content is string` branch): tried with a marker as the only part."""
+    probe = [{"role": "user", "content": [{"type": "text", "text": REPLY_MARKER}]}]
+    try:
+        return REPLY_MARKER in _render(tokenizer, probe, None, template)
+    except Exception:  # the template's own failure on a list: it expects a string
+        return False
+
+
+def joined_parts(messages: list[dict]) -> list[dict]:
+    """Text parts joined into one string per message, for a template that expects a string; joined with a
+    newline, as vLLM serves such a template (its "string" content format, chat_utils.py)."""
+    return [{**m, "content": "\n".join(p["text"] for p in m["content"])} if isinstance(m.get("content"), list) else m
+            for m in messages]
 
 
 def _render(tokenizer, messages: list[dict], tools, template: str | None = None, **kwargs) -> str:
@@ -236,6 +262,9 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     if not fmt.default_system_prompt and any(chats) and adds_default_system_prompt(tokenizer, fmt.chat_template):
         chats = [[{"role": "system", "content": ""}] + chat if chat and chat[0]["role"] != "system" else chat
                  for chat in chats]
+    if any(chat and any(isinstance(m["content"], list) for m in chat) for chat in chats) \
+            and not template_renders_parts(tokenizer, fmt.chat_template):
+        chats = [joined_parts(chat) if chat else chat for chat in chats]
     tools = [record_tools(r, fmt) if chat is not None else None for r, chat in zip(records, chats)]
     texts = []
     for record, chat, offered in zip(records, chats, tools):
@@ -253,9 +282,17 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
         except Exception as error:  # the template's own refusal (jinja raise_exception, a missing key)
             raise DataError(f"--data: the chat template cannot render record {_preview(record)}: "
                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
-    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    # Plain text gets the tokenizer's own special tokens (a BOS for Llama, Mistral, Gemma; none for Qwen), as
+    # TRL tokenizes it; a rendered chat already holds the template's (its bos_token), so none is added again.
+    encoded = [None] * len(texts)
+    for plain in (True, False):
+        which = [i for i, chat in enumerate(chats) if (chat is None) == plain]
+        if which:
+            batch = tokenizer([texts[i] for i in which], add_special_tokens=plain, return_offsets_mapping=True)
+            for i, ids, offsets in zip(which, batch["input_ids"], batch["offset_mapping"]):
+                encoded[i] = (ids, offsets)
     documents = []
-    for chat, offered, text, ids, offsets in zip(chats, tools, texts, encoded["input_ids"], encoded["offset_mapping"]):
+    for chat, offered, text, (ids, offsets) in zip(chats, tools, texts, encoded):
         if chat is not None and fmt.assistant_only_loss:
             spans = assistant_spans(chat, tokenizer, text, offered, fmt.chat_template)
             learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
@@ -397,153 +434,8 @@ def tokenize_and_pack(batch: dict, tokenizer_path: str, seq_len: int, fmt: DataF
     return pack(documents, seq_len, pad)
 
 
-# ---------------------------------------------------------------- where records come from
-
-
-# Split names as the Hub's datasets library recognises them in file and folder names.
-SPLIT_KEYWORDS = {
-    "train": ("train", "training"),
-    "validation": ("validation", "valid", "val", "dev"),
-    "test": ("test", "testing", "eval", "evaluation"),
-}
-
-
-@dataclass(frozen=True)
-class HubSpec:
-    """What an hf: data spec names."""
-
-    repo: str
-    split: str = "train"
-    config: str | None = None
-    revision: str | None = None
-
-
-def parse_hf_spec(spec: str) -> HubSpec:
-    """hf:org/name[@revision][[:config]:split] or hf:/local/folder[:split]; the split is train by default."""
-    match = HF_DATA_SPEC.fullmatch(spec)
-    if match is None:
-        raise DataError(f"--data: {spec!r} must be {HF_SPEC_FORMS}")
-    return HubSpec(match.group("repo"), match.group("split") or "train", match.group("config"), match.group("revision"))
-
-
-def _hub_filesystem(repo: str, revision: str | None = None):
-    """(fsspec filesystem, root) of a Hub dataset repo at a revision, or of a local folder in the Hub's layout."""
-    if repo.startswith(("/", "./", "../", "~")):
-        import os
-
-        from fsspec.implementations.local import LocalFileSystem
-
-        return LocalFileSystem(), os.path.abspath(os.path.expanduser(repo))
-    from huggingface_hub import HfFileSystem
-
-    from urllib.parse import quote
-
-    # The Hub's paths take a revision after '@', with the '/' of refs/convert/parquet or refs/pr/1 escaped.
-    return HfFileSystem(), f"datasets/{repo}" + (f"@{quote(revision, safe='')}" if revision else "")
-
-
-def configured_data_files(readme: str, split: str, config: str | None = None) -> list[str] | None:
-    """The split's file patterns from a dataset card's YAML `configs`: the one named `config`, else the
-    default config, else the first; None when the card declares none (and no config is asked for)."""
-    import yaml
-
-    match = re.match(r"---\n(.*?)\n---", readme, re.S)
-    configs = ((yaml.safe_load(match.group(1)) or {}).get("configs") or []) if match else []
-    if config is not None:
-        names = [c.get("config_name", "default") for c in configs]
-        if config not in names:
-            raise DataError(f"--data: no config {config!r} in this dataset's card "
-                            f"({'configs: ' + ', '.join(names) if names else 'it declares none'})")
-        chosen = configs[names.index(config)]
-    elif not configs:
-        return None
-    else:
-        chosen = next((c for c in configs if c.get("default") or c.get("config_name") == "default"), configs[0])
-    data_files = chosen.get("data_files")
-    if isinstance(data_files, (str, list)) and not (isinstance(data_files, list) and data_files and isinstance(data_files[0], dict)):
-        return ([data_files] if isinstance(data_files, str) else list(data_files)) if split == "train" else []
-    patterns = []
-    for entry in data_files or []:
-        if entry.get("split") == split:
-            path = entry.get("path")
-            patterns.extend([path] if isinstance(path, str) else path)
-    return patterns
-
-
-def split_of(path: str) -> str | None:
-    """The split a data file's folder or name says it belongs to (train-00000-of-00001.parquet: train)."""
-    words = [w for part in path.lower().split("/") for w in re.split(r"[-._ ]", part)]
-    for split, keywords in SPLIT_KEYWORDS.items():
-        if any(k in words for k in keywords):
-            return split
-    return None
-
-
-def hub_data_files(files: list[str], readme: str | None, split: str, config: str | None = None) -> list[str]:
-    """The data files of a split, as the Hub lays them out: the card's `configs` when it has
-    them, else split names in folder and file names; with no split names at all, every file is train."""
-    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not f.split("/")[-1].startswith("."))
-    if config is not None and not readme:
-        raise DataError(f"--data: no config {config!r}: this dataset has no card declaring configs")
-    patterns = configured_data_files(readme, split, config) if readme else None
-    if patterns is not None:
-        chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]
-    elif any(split_of(f) for f in data):
-        chosen = [f for f in data if split_of(f) == split]
-    else:
-        chosen = data if split == "train" else []
-    if not chosen:
-        known = sorted({split_of(f) or "train" for f in data}) if patterns is None else "see its dataset card"
-        raise DataError(f"--data: no {split!r} split in this dataset (found: {known})")
-    return chosen
-
-
-def read_hub_dataset(spec: str):
-    """A Ray Dataset of a Hub dataset's split (hf:org/name[@revision][[:config]:split]), read from its
-    files through Ray Data; a local folder in the same layout goes through the same code."""
-    import pyarrow.fs
-    import ray.data
-
-    hub = parse_hf_spec(spec)
-    repo, split = hub.repo, hub.split
-    fs, root = _hub_filesystem(repo, hub.revision)
-    try:
-        files = [f[len(root) + 1:] for f in fs.find(root)]
-    except (FileNotFoundError, OSError) as error:
-        raise DataError(f"--data: cannot list {spec}: {str(error).splitlines()[0]}") from None
-    readme = fs.cat_file(f"{root}/README.md").decode() if "README.md" in files else None
-    chosen = [f"{root}/{f}" for f in hub_data_files(files, readme, split, hub.config)]
-    arrow_fs = pyarrow.fs.PyFileSystem(pyarrow.fs.FSSpecHandler(fs))
-    if all(f.endswith(".parquet") for f in chosen):
-        return ray.data.read_parquet(chosen, filesystem=arrow_fs)
-    if all(f.endswith(".jsonl") or f.endswith(".json") for f in chosen):
-        return ray.data.read_json(chosen, filesystem=arrow_fs, lines=all(f.endswith(".jsonl") for f in chosen))
-    raise DataError(f"--data: {spec}'s {split!r} split mixes file formats; give one of its folders instead")
-
-
-def read_source(path: str):
-    """A Ray Dataset of records from hf:..., or JSONL/Parquet (file or folder, local or s3://)."""
-    import ray.data
-
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
-    if path.startswith("hf:"):
-        return read_hub_dataset(path)
-    lower = path.rstrip("/").lower()
-    if lower.endswith(".parquet"):
-        return ray.data.read_parquet(path)
-    if lower.endswith((".jsonl", ".json")):
-        return ray.data.read_json(path, lines=lower.endswith(".jsonl"))
-    try:
-        return ray.data.read_parquet(path, file_extensions=["parquet"])
-    except (ValueError, FileNotFoundError):
-        return ray.data.read_json(path, lines=True, file_extensions=["jsonl"])
-
-
 # Blocks the records are cut into before the shuffle (the order depends on it, not on the cluster).
 SHUFFLE_INPUT_BLOCKS = 64
-# Blocks a worker reshuffles per epoch: the packed blocks of several map batches (packing orders a
-# batch's blocks longest first), about 25 MB at 4,096 tokens.
-SHUFFLE_WINDOW_BLOCKS = 256
 
 
 def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat, cache_dir: str | None,
@@ -553,7 +445,7 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
 
     shuffle_seed: the records are shuffled across files and blocks before packing, the same way on
     every execution of the dataset and every cluster size (so a resumed run replays the order it had;
-    every epoch has this order, re-permuted per worker in windows: dataset_batches); None keeps file order.
+    every epoch has this order, re-permuted in windows: training.data_plan); None keeps file order.
     """
     records = read_source(path)
     if shuffle_seed is not None:
@@ -568,58 +460,3 @@ def packed_dataset(path: str, tokenizer_path: str, seq_len: int, fmt: DataFormat
         fn_kwargs={"tokenizer_path": tokenizer_path, "seq_len": seq_len, "fmt": fmt, "cache_dir": cache_dir,
                    "revision": revision, "part": part, "val_fraction": val_fraction},
     )
-
-
-# In a Ray Train worker, iter_torch_batches puts batches on the worker's GPU by default (device "auto",
-# ray/data/iterator.py). The trainer counts their tokens and targets on the host (train_step, DataCounts): read
-# from the GPU, each count would wait for the previous step's queued work. On the host they cost no sync.
-HOST_BATCHES = {"device": "cpu"}
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """The seed of a worker's block order in one epoch: every epoch and worker its own, each reproducible."""
-    digest = hashlib.blake2b(f"{seed}/{epoch}/{rank}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big")
-
-
-def dataset_batches(shard, micro_batch: int, position: int = 0, shuffle_seed: int | None = None,
-                    rank: int = 0) -> Iterator[dict[str, torch.Tensor]]:
-    """Micro-batches from a worker's Ray Data shard, skipping `position` already consumed; epochs repeat.
-
-    With shuffle_seed, each epoch reorders the blocks within windows of SHUFFLE_WINDOW_BLOCKS, seeded by
-    (seed, epoch, rank): a new order every epoch, the same one when a resumed run replays it.
-    The batches stay on the host (HOST_BATCHES), pinned where there is a GPU to copy them to without waiting.
-    """
-    consumed, epoch = 0, 0
-    while True:
-        produced = False
-        shuffle = {} if shuffle_seed is None else {"local_shuffle_buffer_size": SHUFFLE_WINDOW_BLOCKS,
-                                                   "local_shuffle_seed": epoch_seed(shuffle_seed, epoch, rank)}
-        for batch in shard.iter_torch_batches(batch_size=micro_batch, drop_last=True, **HOST_BATCHES,
-                                              pin_memory=torch.cuda.is_available(), **shuffle):
-            produced = True
-            if consumed < position:
-                consumed += 1
-                continue
-            consumed += 1
-            yield batch
-        if not produced:
-            raise RuntimeError("--data: the dataset yields no full micro-batch; use more text or a smaller --seq-len/--micro-batch")
-        epoch += 1
-
-
-def dataset_pass(shard, micro_batch: int, limit: int) -> list[dict[str, torch.Tensor]]:
-    """One pass over a worker's shard, at most `limit` micro-batches, the last one possibly short:
-    every block counted once (validation)."""
-    import itertools
-
-    return list(itertools.islice(shard.iter_torch_batches(batch_size=micro_batch, drop_last=False, **HOST_BATCHES),
-                                 limit))
-
-
-def empty_batch(seq_len: int) -> dict[str, torch.Tensor]:
-    """A one-block micro-batch with nothing to learn: a worker whose shard ran out still joins each
-    forward's collectives, and adds nothing to the loss or the count."""
-    return {"input_ids": torch.zeros((1, seq_len), dtype=torch.int64),
-            "labels": torch.full((1, seq_len), IGNORE_INDEX, dtype=torch.int64),
-            "position_ids": torch.arange(seq_len).unsqueeze(0)} | {k: torch.zeros(1, dtype=torch.int64) for k in BLOCK_COUNTS}

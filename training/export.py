@@ -3,8 +3,10 @@
 An export is a folder that `AutoModelForCausalLM.from_pretrained` loads without this code: bf16
 safetensors (half the trainer's fp32 master weights), config.json, the source model's
 generation_config.json (its sampling defaults and stop tokens) and its tokenizer with the chat
-template the trainer rendered chats with. LoRA adapters are merged into the weights they adapt,
-so the export needs no peft.
+template the trainer rendered chats with. A LoRA run's export is that model with its adapters
+merged in fp32 (it needs no peft), and beside it `adapter/`, the adapters alone in peft's format
+(PeftModel.from_pretrained, vLLM's --lora-modules), with a README.md that states how much of the
+update the bf16 merge keeps: adding a small update to bf16 weights rounds part of it away.
 
 The trainer's weights must match the architecture name for name: a missing, unexpected or
 mis-shaped tensor stops the export (a lenient load would save random weights in its place).
@@ -30,6 +32,8 @@ from training.config import BUILTIN_MODELS, TrainConfig
 
 EXPORT_DTYPE = torch.bfloat16
 PREFIX = "lm."  # CausalLMWithLoss holds the Hugging Face model as .lm
+ADAPTER = "adapter"  # the export's subfolder holding the LoRA adapters alone
+ADAPTER_NAME = "default"  # peft's name for the one adapter inject_adapter_in_model adds
 
 
 class ExportError(ValueError):
@@ -37,11 +41,18 @@ class ExportError(ValueError):
 
 
 def hf_weights(state: dict[str, torch.Tensor], config, lora=None) -> dict[str, torch.Tensor]:
-    """The trainer's full state dict as the Hugging Face model's bf16 weights.
+    """The trainer's full state dict as the Hugging Face model's bf16 weights (merged_weights)."""
+    return merged_weights(state, config, lora)[0]
+
+
+def merged_weights(state: dict[str, torch.Tensor], config, lora=None) -> tuple[dict[str, torch.Tensor], float | None]:
+    """(the Hugging Face model's bf16 weights, with LoRA the share of the adapters' update they keep).
 
     Checked strictly against the architecture of `config` (with `lora`, a peft LoraConfig, against it
     with those adapters); the adapters are then merged by peft in fp32 before the cast to bf16. Tied
     embeddings: the embedding is the weight, and a separate lm_head, if present, must equal it.
+    The share kept: 1 - |bf16(merged) - merged| / |merged - base| over the adapted weights (norms of all
+    of them together), where merged = base + the update in fp32.
     """
     from transformers import AutoModelForCausalLM
 
@@ -73,12 +84,60 @@ def hf_weights(state: dict[str, torch.Tensor], config, lora=None) -> dict[str, t
         name, got, want = wrong[0]
         raise ExportError(f"{len(wrong)} tensor(s) have the wrong shape, e.g. {name}: {got}, the architecture's {want}")
     if tuner is None:
-        return {k: v.to(EXPORT_DTYPE) for k, v in weights.items()}
+        return {k: v.to(EXPORT_DTYPE) for k, v in weights.items()}, None
     # Merge in fp32: a bf16 base weight plus an fp32 update, rounded once, on export.
     lm.load_state_dict({k: v.to(torch.float32) for k, v in weights.items()}, assign=True)
     lm.tie_weights()
-    merged = tuner.merge_and_unload()
-    return {k: v.to(EXPORT_DTYPE) for k, v in merged.state_dict().items()}
+    merged = tuner.merge_and_unload().state_dict()
+    lost = update = 0.0
+    for name, value in merged.items():
+        base = weights.get(name.removesuffix(".weight") + ".base_layer.weight")
+        if base is not None:
+            lost += float((value.to(EXPORT_DTYPE).float() - value).square().sum())
+            update += float((value - base.float()).square().sum())
+    return {k: v.to(EXPORT_DTYPE) for k, v in merged.items()}, 1 - (lost / update) ** 0.5 if update else 1.0
+
+
+def adapter_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The trainer's LoRA tensors under the names peft saves them with (PeftModel.save_pretrained):
+    base_model.model.<module>.lora_A.weight / lora_B.weight, fp32 as trained."""
+    tensors = {}
+    for name, value in state.items():
+        if ".lora_A." in name or ".lora_B." in name:
+            module = name.removeprefix(PREFIX).replace(f".{ADAPTER_NAME}.", ".")
+            tensors[f"base_model.model.{module}"] = value.detach().to(torch.float32).contiguous()
+    return tensors
+
+
+def save_adapter(state: dict[str, torch.Tensor], cfg: TrainConfig, config, lora, folder: str | Path) -> None:
+    """The adapters alone, as peft saves them (adapter_config.json, adapter_model.safetensors), in a form vLLM's
+    LoRA loader takes (vllm/lora/worker_manager.py _load_adapter, vllm/lora/peft_helper.py PEFTHelper,
+    vllm/lora/lora_model.py LoRAModel.from_local_checkpoint): tensors named base_model.model.<module>.lora_A/B.weight
+    only, for the decoder layers' linear modules; bias "none", no modules_to_save, no DoRA; scaling alpha / r."""
+    from peft import LoraModel
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        tuner = LoraModel(AutoModelForCausalLM.from_config(config), lora, ADAPTER_NAME)
+    adapted = sorted({name.rsplit(".", 1)[-1] for name, module in tuner.model.named_modules() if hasattr(module, "lora_A")})
+    saved = dataclasses.replace(lora, target_modules=adapted, base_model_name_or_path=cfg.model,
+                                revision=cfg.model_revision, task_type="CAUSAL_LM", inference_mode=True)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    saved.save_pretrained(str(folder))
+    save_file(adapter_tensors(state), str(Path(folder) / "adapter_model.safetensors"), metadata={"format": "pt"})
+
+
+def readme(cfg: TrainConfig, kept: float) -> str:
+    """The LoRA export's README.md: what each part is, and what the bf16 merge keeps of the update."""
+    return (f"# LoRA export of {cfg.model}\n\n"
+            f"- `./`: the model with its adapters merged (merged in fp32, saved in bf16). "
+            f"**bf16 keeps {kept:.1%} of the adapters' update** (measured on this export: 1 - |rounding| / |update| "
+            f"over the adapted weights); the rest is rounded away, more so at small learning rates.\n"
+            f"- `{ADAPTER}/`: the adapters alone, exactly as trained (fp32, rank {cfg.lora_rank}, alpha "
+            f"{cfg.lora_alpha:g}), in peft's format: `PeftModel.from_pretrained(base, \"{ADAPTER}\")`, or vLLM with "
+            f"`--enable-lora --lora-modules name=<path>/{ADAPTER}` and a --max-lora-rank of at least {cfg.lora_rank}. "
+            f"Serve it on {cfg.model} in bf16, the base weights it was trained on.\n")
 
 
 def save_hf(weights: dict[str, torch.Tensor], config, folder: str | Path, generation_config=None, tokenizer=None) -> None:
@@ -124,12 +183,17 @@ def source_files(cfg: TrainConfig, config):
 
 
 def write_export(state: dict[str, torch.Tensor], cfg: TrainConfig, folder: str | Path) -> None:
-    """The export of a full trainer state dict (one process)."""
+    """The export of a full trainer state dict (one process); with LoRA, its adapter/ and README.md too."""
     from training.model import lora_config, model_config
 
     config = model_config(cfg)
+    lora = lora_config(cfg)
     generation, tokenizer = source_files(cfg, config)
-    save_hf(hf_weights(state, config, lora_config(cfg)), config, folder, generation, tokenizer)
+    weights, kept = merged_weights(state, config, lora)
+    save_hf(weights, config, folder, generation, tokenizer)
+    if lora:
+        save_adapter(state, cfg, config, lora, Path(folder) / ADAPTER)
+        (Path(folder) / "README.md").write_text(readme(cfg, kept))
 
 
 def export_live(model, cfg: TrainConfig, folder: str | Path, rank: int) -> None:

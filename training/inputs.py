@@ -27,6 +27,13 @@ def check_inputs(c: TrainConfig) -> None:
         max_positions = _local_max_positions(folder)
         if max_positions and c.seq_len > max_positions:
             raise ConfigError(f"--seq-len: {c.seq_len} exceeds the model's {max_positions} positions ({folder}/config.json)")
+        import json
+
+        from training.families import supported_architecture
+
+        refusal = supported_architecture(json.loads((folder / "config.json").read_text()))
+        if refusal:
+            raise ConfigError(f"--model: {refusal}")
     if c.model.startswith("s3://"):
         _check_s3("--model", c.model.rstrip("/") + "/config.json")
     elif c.lora_rank and HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here

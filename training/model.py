@@ -16,8 +16,31 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, TrainConfig
-from training.loss import linear_cross_entropy
+from training.config import ATTENTIONS, MODEL_MAX_POSITIONS, SELECTIVE_EVERY, ConfigError, TrainConfig
+from training.families import supported_architecture
+from training.fp8 import check_fp8_device, convert_to_fp8
+from training.loss import LogitHead, linear_cross_entropy
+
+# The decoder-only families (config.json's model_type) whose loss the fused head is checked against
+# transformers' own forward(labels=...) (tests/training/test_model_families.py). Each one's head: hidden @ W, and
+# then what transformers 5.23's *ForCausalLM.forward does to the logits (a bias is read from lm_head).
+LOGIT_HEADS = {
+    "qwen2": lambda c: LogitHead(), "qwen3": lambda c: LogitHead(), "llama": lambda c: LogitHead(),
+    "mistral": lambda c: LogitHead(), "gemma": lambda c: LogitHead(), "phi": lambda c: LogitHead(),
+    "phi3": lambda c: LogitHead(), "olmo": lambda c: LogitHead(), "olmo2": lambda c: LogitHead(),
+    "stablelm": lambda c: LogitHead(), "starcoder2": lambda c: LogitHead(), "glm": lambda c: LogitHead(),
+    "granite": lambda c: LogitHead(multiplier=1.0 / c.logits_scaling),
+    "cohere": lambda c: LogitHead(multiplier=c.logit_scale), "cohere2": lambda c: LogitHead(multiplier=c.logit_scale),
+    "gemma2": lambda c: LogitHead(softcap=c.final_logit_softcapping),
+    "gemma3_text": lambda c: LogitHead(softcap=c.final_logit_softcapping),
+}
+
+
+def check_architecture(config) -> None:
+    """ConfigError (one line, naming --model) when the trainer does not train this Hugging Face config."""
+    refusal = supported_architecture(config.to_dict())
+    if refusal:
+        raise ConfigError(f"--model: {refusal}")
 
 
 def builtin_config(name: str):
@@ -58,8 +81,10 @@ def model_config(cfg: TrainConfig):
 
     from training.storage import local_model_path
 
-    return builtin_config(cfg.model) or AutoConfig.from_pretrained(local_model_path(cfg.model, cfg.cache_dir),
-                                                                   cache_dir=cfg.cache_dir, revision=cfg.model_revision)
+    config = builtin_config(cfg.model) or AutoConfig.from_pretrained(local_model_path(cfg.model, cfg.cache_dir),
+                                                                     cache_dir=cfg.cache_dir, revision=cfg.model_revision)
+    check_architecture(config)
+    return config
 
 
 class CausalLMWithLoss(nn.Module):
@@ -71,8 +96,10 @@ class CausalLMWithLoss(nn.Module):
 
     def __init__(self, lm: nn.Module, loss_chunk_tokens: int = 8192) -> None:
         super().__init__()
+        check_architecture(lm.config)
         self.lm = lm
         self.loss_chunk_tokens = loss_chunk_tokens
+        self.logit_head = LOGIT_HEADS[lm.config.model_type](lm.config)
 
     @property
     def config(self):
@@ -97,7 +124,9 @@ class CausalLMWithLoss(nn.Module):
             hidden = self.lm.model(inputs_embeds=embeds, attention_mask=masks, position_ids=position_ids,
                                    use_cache=False).last_hidden_state
         hidden = hidden.reshape(-1, hidden.shape[-1])
-        return linear_cross_entropy(hidden, self.lm.lm_head.weight, labels.reshape(-1), self.loss_chunk_tokens, scale)
+        head = self.lm.lm_head
+        return linear_cross_entropy(hidden, head.weight, labels.reshape(-1), self.loss_chunk_tokens, scale,
+                                    bias=head.bias, head=self.logit_head)
 
 
 def attention_masks(config, embeds: torch.Tensor, position_ids: torch.Tensor | None) -> dict:
@@ -191,15 +220,24 @@ def with_adapters(state: dict[str, torch.Tensor], cfg: TrainConfig, config) -> d
     return {f"lm.{k}": v for k, v in lm.state_dict().items()}
 
 
-def attention_kernel(cfg: TrainConfig, device: torch.device) -> str:
+def attention_kernel(cfg: TrainConfig, device: torch.device, config=None) -> str:
     """transformers' attention implementation. auto: flex attention for real data on GPU, where packed
     documents make SDPA fall back to a masked kernel (-21% tokens/s at 8 x 4096 on H200, while flex
-    runs +7% faster than plain causal SDPA: docs/benchmarks.md); SDPA for synthetic data and on CPU."""
+    runs +7% faster than plain causal SDPA: docs/benchmarks.md); SDPA for synthetic data and on CPU, or
+    eager for a model whose class refuses SDPA (Gemma 2: SDPA has no attention soft cap)."""
     from training.config import SYNTHETIC_DATA
 
     if cfg.attention == "auto":
-        return "flex_attention" if device.type == "cuda" and cfg.data not in SYNTHETIC_DATA else "sdpa"
+        if device.type == "cuda" and cfg.data not in SYNTHETIC_DATA:
+            return "flex_attention"
+        return "sdpa" if config is None or _supports_sdpa(config) else "eager"
     return ATTENTIONS[cfg.attention]
+
+
+def _supports_sdpa(config) -> bool:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM._model_mapping[type(config)]._supports_sdpa
 
 
 def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
@@ -214,7 +252,7 @@ def checkpointed_layers(layers: int, recomputation: str) -> list[int]:
     if recomputation == "none":
         return []
     raise ValueError(f"activation checkpointing {recomputation!r}: none, selective or full (auto is resolved before the "
-                     "model is built, training.config.resolve_auto)")
+                     "model is built: planning.auto resolves it before the trainer starts)")
 
 
 def apply_activation_checkpointing(model: CausalLMWithLoss, recomputation: str) -> None:
@@ -323,9 +361,13 @@ def apply_fsdp(model: CausalLMWithLoss, device: torch.device, mesh=None, reshard
 
 
 def _reset_non_persistent_buffers(model: CausalLMWithLoss, device: torch.device) -> None:
-    """Buffers outside the state dict (rotary inv_freq) are garbage after to_empty: rebuild them."""
+    """Buffers outside the state dict are garbage after to_empty: rebuild them. Rotary embeddings are built
+    from the config; Gemma 3's scaled embedding keeps its factor as a number beside its buffer."""
     for module in model.modules():
         if not getattr(module, "_non_persistent_buffers_set", None):
+            continue
+        if hasattr(module, "scalar_embed_scale"):
+            module._buffers["embed_scale"] = torch.tensor(module.scalar_embed_scale, device=device)
             continue
         fresh = type(module)(config=model.config).to(device)
         for name in module._non_persistent_buffers_set:
@@ -342,17 +384,21 @@ def build_model(cfg: TrainConfig, device: torch.device, rank: int, world_size: i
     """
     from transformers import AutoModelForCausalLM
 
+    if cfg.precision == "fp8":  # refused before any weights load
+        check_fp8_device(device)
     config = model_config(cfg)
     if rank != 0:
         full_state = {}
     elif full_state is None:
         full_state = full_state_dict_on_rank0(cfg, config)
     with torch.device("meta"):
-        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention_kernel(cfg, device))
+        lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention_kernel(cfg, device, config))
         lora = lora_config(cfg, config)
         if lora:
             add_lora(lm, lora)
         model = CausalLMWithLoss(lm, cfg.loss_chunk_tokens)
+    if cfg.precision == "fp8":  # before recomputation wraps the layers, compilation traces them and FSDP2 shards them
+        convert_to_fp8(model)
     apply_activation_checkpointing(model, cfg.activation_checkpointing)
     if cfg.compile and device.type == "cuda":
         apply_compile(model)

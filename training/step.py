@@ -62,7 +62,8 @@ def step_loss_scale(micro_batches: list[dict[str, torch.Tensor]], device: torch.
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterator[dict[str, torch.Tensor]],
                grad_accum: int, grad_clip: float, lr: float, device: torch.device,
-               keep_weights_gathered: bool = False, count: Callable[[], Sequence[float]] | None = None) -> StepResult:
+               keep_weights_gathered: bool = False, count: Callable[[], Sequence[float]] | None = None,
+               after_update: Callable[[nn.Module], None] | None = None) -> StepResult:
     """One optimizer step over grad_accum micro-batches.
 
     keep_weights_gathered (with reshard_after_forward off): the layers' weights stay gathered
@@ -70,6 +71,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     layer once instead of twice per micro-batch; what a slow inter-node network needs.
     count: called once the step's micro-batches are drawn; its numbers (this rank's data counts) come back
     in StepResult.sums, summed over the workers with the step's own numbers.
+    after_update: launched right after the optimizer step (fp8: the next step's float8 weight scales).
     One host sync per step, and it waits for no more than the step's loss and gradient norm: they must be
     finite, or NonFiniteStep is raised with the weights and the optimizer state as they were (a NaN step
     would otherwise poison every later step and checkpoint). A fused optimizer is launched before that sync,
@@ -108,9 +110,13 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iter
     if launched:
         with found_inf(optimizer, skip):
             optimizer.step()
+        if after_update:
+            after_update(model)
     summed_loss, skipping, norm, own_loss, *summed = numbers()  # the step's host sync
     if not skipping and not launched:
         optimizer.step()
+        if after_update:
+            after_update(model)
     optimizer.zero_grad(set_to_none=True)
     if skipping:
         raise NonFiniteStep(own_loss, norm)

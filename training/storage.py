@@ -14,10 +14,14 @@ def _filesystem(uri: str):
 
 
 def write_text(uri: str, text: str) -> None:
+    write_bytes(uri, text.encode())
+
+
+def write_bytes(uri: str, data: bytes) -> None:
     fs, path = _filesystem(uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as stream:
-        stream.write(text.encode())
+        stream.write(data)
 
 
 def read_text(uri: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig, parse_args, resolve_auto
+from training.config import AUTO, SYNTHETIC_DATA, ConfigError, TrainConfig, option_flag, parse_args
 from training.inputs import check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 from training.storage import storage_uri
@@ -35,11 +35,13 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from training import checkpoint as ckpt
-    from training.model import build_model
+    from training import watchdog
+    from training.fp8 import after_optimizer_step
+    from training.health import gate_for_run
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
-    from training.step import NonFiniteStep, evaluate, make_optimizer, train_step
+    from training.step import NonFiniteStep, evaluate, train_step
 
     cfg = TrainConfig(**config)
     context = ray.train.get_context()
@@ -49,28 +51,38 @@ def train_func(config: dict) -> None:
         torch.cuda.set_device(device)
     # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
     first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa and device.type == "cuda")
+    attempt = rank0_choice(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), rank)
+    hang_watchdog = watchdog.for_run(run_uri(cfg), attempt, rank, cfg.predicted_step_seconds)
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
+    try:
+        health_figures = gate_for_run(cfg, rank, device, lambda message: log(rank, message))
+    except BaseException:
+        hang_watchdog.stop()  # a failed gate ends the attempt itself: nothing left to watch
+        raise
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
-    model = build_model(cfg, device, rank, world, mesh=mesh)
-    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
-    step, position = 0, 0
     from training.storage import latest_checkpoint
 
     # The newest complete checkpoint in storage, before Ray's own pointer: a report still in flight
     # when a worker dies is never registered, and a rerun after a crash has no pointer at all. Rank 0
     # alone chooses: an upload completing between two ranks' listings would otherwise restore two steps.
+    # Its settings were checked on the driver (refuse_changed_resume) before Ray started.
     restored = rank0_choice(lambda: latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint(), rank)
     if restored:
         with restored.as_directory() as folder:
-            refuse_changed_resume(cfg, Path(folder))
-            step, position = ckpt.load(folder, model, optimizer)
-        log(rank, f"resumed from checkpoint at step {step} (data position {position})")
+            model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh, folder)
+            counted_before = read_data_counts(Path(folder))
+        log(rank, f"resumed from checkpoint at step {step} (data position {position} rows of the global batch)")
+    else:
+        model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh)
 
     resumed_from = step
     counts = DataCounts()
-    batches = counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))
-    validation = validation_batches(cfg, model.config.vocab_size, rank, world, device)
+    if restored:
+        counts.total |= counted_before  # the summary's data_counts cover the whole run, not the steps since
+    counted_at: dict[int, dict] = {}  # each checkpoint's counts, taken at its step (it may be reported later)
+    batches = hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position)))
+    validation, validation_counts = validation_batches(cfg, model.config.vocab_size, rank, world, device)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
@@ -81,9 +93,12 @@ def train_func(config: dict) -> None:
         """Hand a written checkpoint to Ray: uploaded in the background, the last one before the run ends."""
         from ray.train import CheckpointUploadMode
 
+        counted = counted_at.pop(checkpoint_step)
+        if rank == 0:
+            (Path(folder) / DATA_COUNTS_FILE).write_text(json.dumps(counted))
         metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
                    "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
-                   "data_counts": dict(counts.total),
+                   "data_counts": dict(counts.total), "validation_counts": validation_counts, "health": health_figures,
                    **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
                          checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
@@ -100,11 +115,13 @@ def train_func(config: dict) -> None:
     try:
         while step < cfg.steps:
             maybe_inject_failure(cfg, step + 1, rank, world)
+            watchdog.maybe_hang(step + 1, rank, world, run_uri(cfg))
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
             injected = maybe_inject_nan(cfg, step + 1, rank, model)
             try:
                 result = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain)
+                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain,
+                                    after_update=after_optimizer_step if cfg.precision == "fp8" else None)
             except NonFiniteStep as error:
                 # Stop here: no update was applied, and no checkpoint of this state is written.
                 raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
@@ -113,7 +130,8 @@ def train_func(config: dict) -> None:
                 if injected:
                     injected.remove()
             step += 1
-            position += cfg.grad_accum
+            hang_watchdog.step_done(step)
+            position += global_batch_rows(cfg)
             counts.add(result.sums)
             checkpoints.poll()
             evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
@@ -125,7 +143,8 @@ def train_func(config: dict) -> None:
                     last.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
                     last.truncated, last.unlearned, last.empty_blocks = data["truncated"], data["unlearned"], data["empty_blocks"]
                 if evaluating:
-                    last.val_loss, _ = evaluate(model, validation, device)
+                    with hang_watchdog.long_phase("evaluation"):
+                        last.val_loss, _ = evaluate(model, validation, device)
                     last.val_ppl = math.exp(min(last.val_loss, 700.0))
                     throughput.reset(step)  # keep evaluation out of the next step's throughput
                 log(rank, last.line())
@@ -133,65 +152,98 @@ def train_func(config: dict) -> None:
                 if metrics_log:
                     metrics_log.add(last.fields())
             if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
+                counted_at[step] = dict(counts.total)
+                with hang_watchdog.long_phase("checkpoint"):
+                    checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
                 throughput.reset(step)  # keep checkpoint time out of the next step's throughput
     finally:  # a run stopped by an error keeps its records up to the last good step
+        hang_watchdog.stop()
         if metrics_log:
             metrics_log.close()
     if cfg.export_hf:
         export_model(cfg, model, rank)
 
 
-def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, position: int):
-    import ray.train
+def prepare_training(cfg: TrainConfig, device: torch.device, rank: int, world: int, mesh=None,
+                     checkpoint: str | Path | None = None):
+    """(model, optimizer, step, data position in global rows) of this worker: built fresh, its random
+    generators seeded per rank, then, from `checkpoint`, the weights, optimizer state and random state
+    restored (resharded onto this run's world size where the checkpoint's differed)."""
+    from training import checkpoint as ckpt
+    from training.model import build_model
+    from training.step import make_optimizer
 
-    from training.data import dataset_batches, synthetic_batches
+    model = build_model(cfg, device, rank, world, mesh=mesh)
+    optimizer = make_optimizer(model, cfg.lr, cfg.weight_decay, device)
+    ckpt.seed_rank(cfg.seed, rank)  # after the build: rank 0's initialisation reseeds the global generator
+    step, position = 0, 0
+    if checkpoint is not None:
+        step, position = ckpt.load(checkpoint, model, optimizer, rank)
+    return model, optimizer, step, position
 
+
+def global_batch_rows(cfg: TrainConfig) -> int:
+    """Sequences per optimizer step over all workers."""
+    return cfg.workers * cfg.micro_batch * cfg.grad_accum
+
+
+def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, rows: int):
+    """This worker's micro-batches from the global data position `rows` on (sequences of the global batches
+    consumed, the same on any world size)."""
+    from training.checkpoint import worker_position
+    from training.data import synthetic_batches
+    from training.data_plan import dataset_batches
+
+    position = worker_position(rows, world, cfg.micro_batch)
     if cfg.data in SYNTHETIC_DATA:
         return synthetic_batches(cfg.data, cfg.seed, vocab_size, cfg.seq_len, cfg.micro_batch, rank, world, position)
+    import ray.train
+
+    # The whole stream on every worker (fit: datasets_to_split=[]); each keeps its share (training.data_plan).
     return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position,
-                           shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank)
+                           shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank, world=world)
 
 
-def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, device: torch.device) -> list | None:
-    """This worker's validation micro-batches, held for every evaluation; None when the run has no
-    validation data. Real data: one pass over the worker's shard (each block once, the last micro-
-    batch may be short), at most --eval-batches; a worker with fewer pads with empty batches, since
-    every worker must run the same number of forwards (each gathers the sharded weights)."""
+def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int,
+                       device: torch.device) -> tuple[list | None, dict | None]:
+    """This worker's validation micro-batches, held for every evaluation, and what the validation holds
+    over all workers (blocks, documents, targets, whole); (None, None) when the run has no validation data.
+    Real data: every worker reads the whole validation stream and keeps every world-th micro-batch (each
+    block evaluated once; the last micro-batch may be short), at most --eval-batches; a worker with fewer
+    pads with empty batches, since every worker must run the same number of forwards (each gathers the
+    sharded weights)."""
     import itertools
 
     import ray.train
 
-    from training.data import VALIDATION_SEED_OFFSET, dataset_pass, empty_batch, synthetic_batches
+    from training.data import VALIDATION_SEED_OFFSET, synthetic_batches
+    from training.data_plan import dataset_pass, empty_batch, evaluated_counts
 
     if cfg.val_data is None and cfg.val_fraction == 0:
-        return None
+        return None, None
     if cfg.data in SYNTHETIC_DATA:
         return list(itertools.islice(synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, vocab_size,
-                                                       cfg.seq_len, cfg.micro_batch, rank, world), cfg.eval_batches))
-    held = dataset_pass(ray.train.get_dataset_shard("validation"), cfg.micro_batch, cfg.eval_batches)
-    count = torch.tensor([len(held)], device=device)
-    dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    if count.item() == 0:
+                                                       cfg.seq_len, cfg.micro_batch, rank, world), cfg.eval_batches)), None
+    held, whole = dataset_pass(ray.train.get_dataset_shard("validation"), cfg.micro_batch, cfg.eval_batches, rank, world)
+    mine = evaluated_counts(held)
+    sums = torch.tensor([len(held), mine["blocks"], mine["documents"], mine["targets"]], device=device)
+    most = sums[:1].clone()
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    dist.all_reduce(sums)
+    if most.item() == 0:
         raise RuntimeError(f"--val-{'data' if cfg.val_data else 'fraction'}: the validation split holds no block; "
                            "give more validation data or a larger --val-fraction")
-    return held + [empty_batch(cfg.seq_len)] * (int(count.item()) - len(held))
+    counts = dict(zip(("blocks", "documents", "targets"), (int(v) for v in sums[1:].tolist()))) | {"whole": whole}
+    return held + [empty_batch(cfg.seq_len)] * (int(most.item()) - len(held)), counts
 
 
-def refuse_changed_resume(cfg: TrainConfig, folder: Path) -> None:
-    """Stop before loading a checkpoint trained with settings that place the data or the LR schedule
-    elsewhere: resuming would silently misalign both."""
-    from training.config import resume_changes
-    from training.storage import SETTINGS
+DATA_COUNTS_FILE = "data_counts.json"  # beside each checkpoint: the data counted up to its step
 
-    saved = folder / SETTINGS
-    if not saved.exists():  # written beside checkpoints since settings.json exists; older ones cannot be checked
-        return
-    changed = resume_changes(json.loads(saved.read_text()), dataclasses.asdict(cfg))
-    if changed:
-        raise RuntimeError(f"--run-name {cfg.run_name}: its checkpoint was trained with other settings "
-                           f"({'; '.join(changed)}); resuming would misalign the data position and the LR schedule: "
-                           "give a new --run-name, or the checkpoint's values")
+
+def read_data_counts(folder: Path) -> dict[str, int]:
+    """The data counted up to a checkpoint's step (none in one written before the counts were kept)."""
+    saved = folder / DATA_COUNTS_FILE
+    return json.loads(saved.read_text()) if saved.exists() else {}
 
 
 def rank0_choice(choose, rank: int):
@@ -279,42 +331,29 @@ def check_transport(cfg: TrainConfig, rank: int) -> str:
 
 
 def sharding_mesh(cfg: TrainConfig, device: torch.device, rank: int, world: int):
-    """The device mesh of the run's sharding layout, from where Ray placed the workers (planning.plan)."""
+    """The device mesh of the run's sharding layout, from where Ray placed the workers."""
     import ray
 
     from training.model import device_mesh
 
     node_of_rank: list = [None] * world
     dist.all_gather_object(node_of_rank, ray.get_runtime_context().get_node_id())
-    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank, device)
+    sharding, nodes, per_node, why = choose_layout(cfg, node_of_rank)
     log(rank, f"sharding: {sharding} over {nodes} node(s) x {per_node} worker(s) ({why})")
     return device_mesh(device, sharding, nodes, per_node), sharding
 
 
-def choose_layout(cfg: TrainConfig, node_of_rank: list, device: torch.device) -> tuple[str, int, int, str]:
-    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any
-    placement; only hybrid needs every node to hold the same number of consecutive ranks."""
-    from training.gpus import gpu_for_device_name
-    from training.model import model_config
-    from planning.auto import LayoutError, node_layout, resolve_sharding
-    from planning.workload import Workload, shape_of
+def choose_layout(cfg: TrainConfig, node_of_rank: list) -> tuple[str, int, int, str]:
+    """(sharding, nodes, workers per node, why). Full sharding is one flat mesh and takes any placement; only
+    hybrid needs every node to hold the same number of consecutive ranks. auto reaches the trainer only on one
+    machine (--local; elsewhere the planner resolves it first), where a hybrid mesh would be the same as full."""
+    from training.layout import node_layout
 
     world = len(node_of_rank)
-    if cfg.sharding == "full":
-        return "full", 1, world, "as set"
-    try:
-        nodes, per_node = node_layout(node_of_rank)
-    except LayoutError as error:
-        if cfg.sharding == "hybrid":
-            raise
-        return "full", 1, world, f"the placement cannot carry hybrid: {error}"
-    work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
-                    activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
-                    steps=cfg.steps)
-    gpu = gpu_for_device_name(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-    sharding, why = resolve_sharding(cfg.sharding, shape_of(model_config(cfg)), work, nodes, per_node, gpu,
-                                     cfg.instance_type, not cfg.reshard_after_forward, cfg.reduce_dtype)
-    return sharding, nodes, per_node, why
+    if cfg.sharding != "hybrid":
+        return "full", 1, world, "as set" if cfg.sharding == "full" else "one machine"
+    nodes, per_node = node_layout(node_of_rank)
+    return "hybrid", nodes, per_node, "as set"
 
 
 def nccl_log_dir(cfg: TrainConfig) -> Path:
@@ -358,35 +397,62 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     """
     trainer_root = str(Path(__file__).resolve().parent.parent)
     paths = [trainer_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != trainer_root]
-    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
+    from training import watchdog
+
+    env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths), **watchdog.WORKER_ENV}
+    env |= {name: os.environ[name] for name in (watchdog.HANG_AT_STEP_ENV, watchdog.FLOOR_ENV) if name in os.environ}
     if cfg.require_efa:
         env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{nccl_log_dir(cfg)}/%h.%p.log"}
     return env
 
 
-def apply_auto(cfg: TrainConfig) -> TrainConfig:
-    """The run's options with auto micro-batch and recomputation picked (training.config.resolve_auto), once, here in
-    the driver, for every worker; the pick and why are printed. Each worker's --sharding auto (choose_layout) then
-    lands on the pick's layout: the fastest that fits for the picked shape."""
-    cfg, picked = resolve_auto(cfg)
-    if picked:
-        print(picked, flush=True)
-    return cfg
+def refuse_changed_resume(cfg: TrainConfig) -> None:
+    """On the driver, before Ray starts: ConfigError (one line) when the run's newest checkpoint was trained with
+    settings that change the model, the data order or the optimisation (training.config.RESUME_SETTINGS and the
+    global batch); resuming would silently train something else. The world size may change."""
+    from training.config import resume_changes
+    from training.storage import SETTINGS, complete_checkpoints, exists, read_text
+
+    found = complete_checkpoints(run_uri(cfg))
+    if not found:
+        return
+    step, uri = found[-1]
+    if not exists(f"{uri}/{SETTINGS}"):  # written beside checkpoints since settings.json exists; older ones cannot be checked
+        return
+    changed = resume_changes(json.loads(read_text(f"{uri}/{SETTINGS}")), dataclasses.asdict(cfg))
+    if changed:
+        raise ConfigError(f"--run-name {cfg.run_name}: its checkpoint at step {step} was trained with other settings "
+                          f"({'; '.join(changed)}); resuming would change the model, the data order or the "
+                          "optimisation: give a new --run-name, or the checkpoint's values")
+
+
+def refuse_planner_autos(cfg: TrainConfig) -> None:
+    """auto that only the planner resolves is refused before anything starts, in one line naming the CLI that
+    resolves it; --sharding auto on one machine (--local) is full and needs no planner."""
+    planner_only = [n for n in ("micro_batch", "activation_checkpointing") if getattr(cfg, n) == AUTO]
+    if cfg.sharding == AUTO and not cfg.local:
+        planner_only.append("sharding")
+    if planner_only:
+        flags = " and ".join(option_flag(n) for n in planner_only)
+        raise ConfigError(f"{option_flag(planner_only[0])}: auto needs the planner: run python -m planning.train with "
+                          f"the same options, or set {flags}")
 
 
 def fit(cfg: TrainConfig) -> dict:
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     started = time.time()
-    cfg = apply_auto(cfg)
     if not ray.is_initialized():
         if cfg.local:
             ray.init(num_cpus=cfg.workers + 1, include_dashboard=False, runtime_env=runtime_env(cfg), logging_level="ERROR")
         else:
             ray.init(address="auto", runtime_env=runtime_env(cfg))
     use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
+    if cfg.precision == "fp8" and not use_gpu:
+        raise ConfigError("--precision: fp8 needs a GPU with FP8 tensor cores; this Ray cluster has no GPU: "
+                          "use --precision bf16")
     datasets = real_datasets(cfg)
     from training import train as importable  # by reference: `python -m` makes this module __main__
 
@@ -401,6 +467,9 @@ def fit(cfg: TrainConfig) -> dict:
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets or None,
+        # Every worker reads whole datasets and keeps its share (training.data_plan): Ray's own split
+        # drops blocks (equal=True) and gives each world size other rows.
+        dataset_config=DataConfig(datasets_to_split=[]),
     )
     result = trainer.fit()
     metrics = dict(result.metrics or {})
@@ -422,7 +491,9 @@ def fit(cfg: TrainConfig) -> dict:
         "peak_mem_gib": metrics.get("peak_mem_gib"),
         "checkpoint_stalls_s": metrics.get("checkpoint_stalls_s"),
         "data_counts": metrics.get("data_counts"),
+        "validation_counts": metrics.get("validation_counts"),
         "transport": metrics.get("transport"),
+        "health": metrics.get("health"),
         "sharding": metrics.get("sharding"),
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "loss_history": [{k: r.get(k) for k in ("step", "loss", "val_loss", "lr", "grad_norm")} for r in records],
@@ -457,14 +528,37 @@ def real_datasets(cfg: TrainConfig) -> dict:
     return datasets
 
 
+def check_hub_positions(cfg: TrainConfig) -> None:
+    """--seq-len against the positions of a Hub model the trainer does not know (its config.json, the one
+    file read here), before Ray starts: past them, the model would run on positions it never learned.
+    Built-in models, known Hub ids and local folders are checked by the config's own rules."""
+    from training.config import HUB_ARCHITECTURES, HUB_ID
+
+    if HUB_ID.fullmatch(cfg.model) is None or cfg.model in HUB_ARCHITECTURES:
+        return
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(cfg.model, revision=cfg.model_revision, cache_dir=cfg.cache_dir),
+                        "max_position_embeddings", None)
+    if positions and cfg.seq_len > positions:
+        raise ConfigError(f"--seq-len: {cfg.seq_len} exceeds {cfg.model}'s {positions} positions (max_position_embeddings)")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
+        refuse_planner_autos(cfg)
+        refuse_changed_resume(cfg)  # before check_inputs: it reads one small file, where check_inputs may load the model's code
         check_inputs(cfg)
+        check_hub_positions(cfg)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    summary = fit(cfg)
+    try:
+        summary = fit(cfg)
+    except ConfigError as error:  # what only the cluster can tell (auto's plan, its GPUs)
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     brief = {k: v for k, v in summary.items() if k not in ("settings", "loss_history")}
     print("run summary: " + json.dumps(brief))
     return 0

@@ -116,6 +116,16 @@ def test_toleration_matching_follows_kubernetes(toleration, tolerated):
     assert (ca.unschedulable_reasons(node, {"tolerations": [toleration]}) == []) is tolerated
 
 
+@pytest.mark.parametrize("effect,blocks", [("NoSchedule", True), ("NoExecute", True), ("PreferNoSchedule", False)])
+def test_only_hard_taint_effects_keep_an_untolerating_pod_off_the_node(effect, blocks):
+    """Kubernetes' TaintToleration filter (pkg/scheduler/framework/plugins/tainttoleration) filters on NoSchedule and
+    NoExecute taints; PreferNoSchedule is a soft preference, only scored."""
+    node = {"metadata": {"labels": {}}, "status": {"allocatable": {}},
+            "spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": effect}]}}
+    expected = [f"taint dedicated=ml:{effect} is not tolerated"] if blocks else []
+    assert ca.unschedulable_reasons(node, {"tolerations": []}) == expected
+
+
 def test_the_stack_refuses_a_group_the_autoscaler_cannot_start_for_the_workers(monkeypatch):
     monkeypatch.setattr(node_groups, "gpu_node_tags", lambda spec: {})
     with pytest.raises(ValueError, match=r"template node cannot take the Ray worker pod: vpc.amazonaws.com/efa: "
@@ -162,6 +172,20 @@ def test_scale_down_delay_setting_reaches_the_autoscaler():
     assert (default["scale-down-unneeded-time"], default["scale-down-delay-after-add"]) == ("5m", "5m")
     changed = helm_chart(template_for(gpu_scale_down_delay_minutes=12), "cluster-autoscaler")["Values"]["extraArgs"]
     assert (changed["scale-down-unneeded-time"], changed["scale-down-delay-after-add"]) == ("12m", "12m")
+
+
+def _blocks_scale_down(pod: dict, extra_args: dict) -> bool:
+    """Cluster Autoscaler's FAQ ("What types of pods can prevent CA from removing a node?"): a pod with local
+    storage (an emptyDir or hostPath volume) keeps its node, unless --skip-nodes-with-local-storage=false
+    (its default is true)."""
+    local = any("emptyDir" in v or "hostPath" in v for v in pod.get("volumes", []))
+    return local and extra_args.get("skip-nodes-with-local-storage", "true") != "false"
+
+
+def test_the_workers_emptydir_volumes_do_not_keep_a_gpu_node(template):
+    pod = worker_pod(template)
+    assert any("emptyDir" in v for v in pod["volumes"])  # /dev/shm and the model cache
+    assert not _blocks_scale_down(pod, helm_chart(template, "cluster-autoscaler")["Values"]["extraArgs"])
 
 
 @pytest.mark.parametrize("change,message", [

@@ -13,7 +13,7 @@ from aws_cdk.assertions import Annotations, Match
 from cdk_nag import AwsSolutionsChecks
 
 from tests.conftest import synth_stack, template_for
-from tools.review import _manifests, review_lines
+from tools.review import review_lines
 
 VARIANTS = {
     "default": {},
@@ -75,20 +75,22 @@ def test_review_names_the_batch_that_makes_the_link_cheap(template):
     assert "at 65,536 tokens; from batch_tokens " in lines[training + 1] and "~$" in lines[training + 1]
 
 
-def test_review_prints_what_auto_picked_and_why_as_the_trainer_logs_it(template):
-    """The default deployment leaves the micro-batch and recomputation to auto: the review shows the pick and its
-    reason under the training line, the very line the trainer prints when it starts (training.train.apply_auto, with
-    training.config.resolve_auto on the RayJob's own entrypoint); a run with both set has no auto line."""
-    from training.config import parse_args, resolve_auto
+def test_review_prints_what_auto_picked_and_why_as_the_synth_resolved_it(template):
+    """The default deployment leaves the micro-batch, recomputation and sharding to auto: the synth resolves them
+    into the entrypoint and the review shows the pick and its reason under the training line (the planner's own
+    line for these settings); a run with all three set has no auto line."""
+    from stacks.context import settings_from_context
+    from stacks.settings import planned_trainer_options
+    from tests.conftest import base_context
 
     lines = review_lines(template.to_json())
     training = next(i for i, line in enumerate(lines) if line.startswith("training: "))
-    entrypoint = _manifests(template.to_json(), "RayJob")[0]["spec"]["entrypoint"]
-    picked, line = resolve_auto(parse_args(shlex.split(entrypoint)[3:]))
+    options, line = planned_trainer_options(settings_from_context(base_context()))
     assert lines[training + 1] == line
     assert line.startswith("auto: hybrid+bf16, micro-batch ") and ": fastest that fits on 2 x g6.12xlarge, ~" in line
-    assert f"micro-batch {picked.micro_batch} x {picked.grad_accum} accumulation" in lines[training]
-    fixed = review_lines(template_for(**{"training.micro_batch": 1, "training.activation_checkpointing": "full"}).to_json())
+    assert f"micro-batch {options['micro_batch']} x " in lines[training]
+    fixed = review_lines(template_for(**{"training.micro_batch": 1, "training.activation_checkpointing": "full",
+                                         "training.sharding": "hybrid"}).to_json())
     assert not any(line.startswith("auto: ") for line in fixed)
 
 

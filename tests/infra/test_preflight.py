@@ -8,11 +8,13 @@ Stubber. Nothing here reaches AWS.
 from __future__ import annotations
 
 import datetime
+import json
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
+from moto.ecr.responses import ECRResponse
 from moto.servicequotas.models import ServiceQuotasBackend
 
 from stacks.context import settings_from_files
@@ -43,6 +45,9 @@ def aws(monkeypatch):
         return original(self, service_code, quota_code)
 
     monkeypatch.setattr(ServiceQuotasBackend, "get_service_quota", get_service_quota)
+    # moto has no pull-through cache rules: the account holds none, as ECR answers then.
+    monkeypatch.setattr(ECRResponse, "describe_pull_through_cache_rules",
+                        lambda self: json.dumps({"pullThroughCacheRules": []}), raising=False)
     with mock_aws():
         yield quotas
 
@@ -264,7 +269,8 @@ PASS  vCPU quota (GPU nodes)     2 x g6.12xlarge need 96 vCPU; quota 'Running On
 PASS  vCPU quota (system nodes)  1 x m7i.xlarge need 4 vCPU; quota 'Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances' (L-1216C47A) is 64, 0 in use
 PASS  capacity reservation       none configured (On-Demand capacity)
 PASS  leftover log groups        none of the stack's 5 log groups exists yet
-0 FAIL, 0 WARN, 8 PASS
+PASS  pull-through cache rule    no rule of prefix ecr-public yet
+0 FAIL, 0 WARN, 9 PASS
 """
 
 
@@ -293,7 +299,7 @@ class RefusingSession:
         return Refusing()
 
 
-REFUSED = ("grant the caller read access to EC2, EKS, Service Quotas, CloudFormation and CloudWatch Logs "
+REFUSED = ("grant the caller read access to EC2, EKS, Service Quotas, CloudFormation, CloudWatch Logs and ECR "
            "(e.g. ReadOnlyAccess)")
 
 
@@ -317,6 +323,8 @@ def test_every_refused_call_is_a_fail_under_its_checks_name(monkeypatch):
         Check("capacity reservation", FAIL, "cr-0123456789abcdef0 cannot be read: AccessDenied",
               "check the id and region, or set -c capacity_reservation_id=null"),
         Check("leftover log groups", FAIL, "could not check: describe_stacks failed with AccessDenied", REFUSED),
+        Check("pull-through cache rule", FAIL, "could not check: describe_pull_through_cache_rules failed with AccessDenied",
+              REFUSED),
     ]
 
 
@@ -552,3 +560,87 @@ def test_the_groups_of_a_stack_that_exists_are_its_own(aws):
     boto3.client("cloudformation", region_name="us-east-2").create_stack(
         StackName="EksFsdpEfa", TemplateBody='{"Resources": {"T": {"Type": "AWS::SNS::Topic"}}}')
     assert _leftover_check() == Check("leftover log groups", PASS, "stack EksFsdpEfa exists: its log groups are its own")
+
+
+@pytest.mark.parametrize("status", ["ROLLBACK_COMPLETE", "REVIEW_IN_PROGRESS"])
+def test_a_stack_the_cli_creates_anew_owns_no_log_group(aws, status):
+    # The aws-cdk CLI deletes a ROLLBACK_COMPLETE stack and re-creates it (deploy-stack: "Found existing stack
+    # ... that had previously failed creation. Deleting it before attempting to re-create it."), and treats a
+    # REVIEW_IN_PROGRESS stack as absent: a group of that name then fails the create.
+    boto3.client("logs", region_name="us-east-2").create_log_group(logGroupName="/aws/eks/EksFsdpEfa/cluster")
+    cloudformation = boto3.client("cloudformation", region_name="us-east-2")
+    stub = Stubber(cloudformation)
+    stub.add_response("describe_stacks", {"Stacks": [{
+        "StackName": "EksFsdpEfa", "StackStatus": status,
+        "CreationTime": datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)}]}, {"StackName": "EksFsdpEfa"})
+    stub.activate()
+    check = preflight.check_leftover_log_groups(boto3.client("logs", region_name="us-east-2"), cloudformation, settings())
+    assert (check.verdict, check.reason) == (
+        FAIL, "/aws/eks/EksFsdpEfa/cluster left by an earlier stack EksFsdpEfa: the deploy would fail creating it")
+
+
+# ------------------------------------------------------------------ the pull-through cache rule
+
+
+def _cache_rule_check(rules, stack_status=None, stack_resource_types=(), *overrides):
+    """The check against stubbed ECR (the rules of prefix ecr-public) and CloudFormation (the stack, if any)."""
+    ecr = boto3.client("ecr", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    ecr_stub = Stubber(ecr)
+    if rules:
+        ecr_stub.add_response("describe_pull_through_cache_rules", {"pullThroughCacheRules": rules},
+                              {"ecrRepositoryPrefixes": ["ecr-public"]})
+    else:
+        ecr_stub.add_client_error("describe_pull_through_cache_rules",
+                                  service_error_code="PullThroughCacheRuleNotFoundException")
+    ecr_stub.activate()
+    cloudformation = boto3.client("cloudformation", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    cfn_stub = Stubber(cloudformation)
+    when = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    if stack_status is None:
+        cfn_stub.add_client_error("describe_stack_resources", service_error_code="ValidationError",
+                                  service_message="Stack with id EksFsdpEfa does not exist")
+    else:
+        cfn_stub.add_response("describe_stack_resources", {"StackResources": [
+            {"LogicalResourceId": f"R{i}", "ResourceType": kind, "Timestamp": when, "ResourceStatus": "CREATE_COMPLETE"}
+            for i, kind in enumerate(stack_resource_types)]}, {"StackName": "EksFsdpEfa"})
+        cfn_stub.add_response("describe_stacks", {"Stacks": [
+            {"StackName": "EksFsdpEfa", "StackStatus": stack_status, "CreationTime": when}]}, {"StackName": "EksFsdpEfa"})
+    cfn_stub.activate()
+    return preflight.check_pull_through_cache_rule(ecr, cloudformation, settings(*overrides))
+
+
+# The ECR console proposes ecr-public as the prefix for ECR Public: an account may hold such a rule already.
+_OTHER_RULE = [{"ecrRepositoryPrefix": "ecr-public", "upstreamRegistryUrl": "public.ecr.aws", "registryId": "123456789012"}]
+
+
+def test_no_rule_of_the_prefix_passes():
+    assert _cache_rule_check([]).verdict == PASS
+
+
+def test_a_rule_of_the_prefix_outside_the_stack_fails_with_both_ways_out():
+    # CreatePullThroughCacheRule refuses a prefix already taken (PullThroughCacheRuleAlreadyExistsException).
+    check = _cache_rule_check(_OTHER_RULE)
+    assert (check.verdict, check.reason) == (
+        FAIL, "a rule of prefix ecr-public (upstream public.ecr.aws) already exists in us-east-2: "
+              "the deploy would fail creating the stack's own")
+    assert check.fix == ("set -c image_pull_through_cache=false (pulls through the NAT), or delete it: "
+                         "aws ecr delete-pull-through-cache-rule --ecr-repository-prefix ecr-public --region us-east-2")
+
+
+def test_the_rule_of_the_deployed_stack_is_its_own():
+    assert _cache_rule_check(_OTHER_RULE, "UPDATE_COMPLETE", ["AWS::ECR::PullThroughCacheRule"]).verdict == PASS
+
+
+def test_a_deployed_stack_without_the_cache_does_not_own_the_rule():
+    # Turning image_pull_through_cache on for a stack deployed without it creates the rule in an update.
+    assert _cache_rule_check(_OTHER_RULE, "UPDATE_COMPLETE", ["AWS::S3::Bucket"]).verdict == FAIL
+
+
+def test_a_stack_the_cli_re_creates_does_not_own_the_rule():
+    assert _cache_rule_check(_OTHER_RULE, "ROLLBACK_COMPLETE", ["AWS::ECR::PullThroughCacheRule"]).verdict == FAIL
+
+
+def test_with_the_cache_off_a_rule_is_no_conflict():
+    ecr = boto3.client("ecr", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    check = preflight.check_pull_through_cache_rule(ecr, None, settings("image_pull_through_cache=false"))
+    assert check == Check("pull-through cache rule", PASS, "image_pull_through_cache is off: the stack creates no rule")

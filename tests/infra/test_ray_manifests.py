@@ -98,7 +98,8 @@ def test_worker_pod_in_full():
         "containers": [{
             "name": "ray-worker", "image": IMAGE, "resources": {"requests": resources, "limits": resources},
             "env": COMMON_ENV + [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "NCCL_NET_PLUGIN", "value": "ofi"},
-                                 {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "NCCL_DEBUG", "value": "INFO"}],
+                                 {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "NCCL_DEBUG", "value": "INFO"},
+                                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"},
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
             "securityContext": SECURITY, "lifecycle": PRE_STOP}],
@@ -117,8 +118,8 @@ def test_the_hugging_face_token_comes_by_reference_and_extra_env_follows():
     cluster = cluster_of(spec(hf_token_secret="hf", extra_env={"NCCL_ALGO": "Ring"}))
     for group in (head_of(cluster), worker_of(cluster)):
         env = group["template"]["spec"]["containers"][0]["env"]
-        assert env[-2:] == [{"name": "NCCL_ALGO", "value": "Ring"},
-                            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+        assert {"name": "NCCL_ALGO", "value": "Ring"} in env
+        assert env[-1] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
 
 
 def test_without_a_region_no_aws_region_is_set():
@@ -217,6 +218,19 @@ def test_rerun_is_a_new_run_folder_and_a_new_job():
     first, again = job(), job(rerun=2)
     assert again.run_name == first.run_name + "-r2"
     assert again.name != first.name and f"--run-name={again.run_name}" in again.entrypoint()
+
+
+def test_another_node_count_is_the_same_run_in_a_new_job():
+    """The trainer resumes a run on another number of GPUs: a deploy with fewer nodes continues the run."""
+    # What the synth resolves for each node count differs too (planning.auto.resolve_options).
+    two_nodes = job(trainer_options={"model": "tiny", "steps": 5, "workers": 8, "micro_batch": 2, "sharding": "hybrid",
+                                     "activation_checkpointing": "full", "predicted_step_seconds": 1.5,
+                                     "predicted_link_gbps": 5.0})
+    one_node = job(trainer_options={"model": "tiny", "steps": 5, "workers": 4, "micro_batch": 4, "sharding": "full",
+                                    "activation_checkpointing": "none", "predicted_step_seconds": 2.9,
+                                    "predicted_link_gbps": 40.0})
+    assert two_nodes.run_name == one_node.run_name
+    assert two_nodes.name != one_node.name and "--workers=4" in one_node.entrypoint()
 
 
 def test_the_storage_path_is_not_part_of_any_name():

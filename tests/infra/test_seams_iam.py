@@ -148,6 +148,18 @@ def test_for_any_value_and_for_all_values_on_tag_keys():
     assert allowed(all_policy, "ec2:CreateTags", context={"aws:TagKeys": ["cost-center"]})
 
 
+# Same page: "ForAllValues ... returns true if there are no context keys in the request", so an Allow under
+# it also allows a request that carries no tags at all; ForAnyValue does not.
+def test_for_all_values_holds_when_the_request_lacks_the_key():
+    condition = {"aws:TagKeys": ["environment", "cost-center"]}
+    all_policy = [identity({"Effect": "Allow", "Action": "ec2:CreateTags", "Resource": "*",
+                            "Condition": {"ForAllValues:StringEquals": condition}})]
+    any_policy = [identity({"Effect": "Allow", "Action": "ec2:CreateTags", "Resource": "*",
+                            "Condition": {"ForAnyValue:StringEquals": condition}})]
+    assert allowed(all_policy, "ec2:CreateTags")
+    assert not allowed(any_policy, "ec2:CreateTags")
+
+
 # A role's trust policy: a resource-based policy whose Principal must name the caller.
 def test_a_trust_policy_admits_only_its_principal():
     trust = Policy("trust", {"Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},

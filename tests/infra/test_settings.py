@@ -175,10 +175,14 @@ BAD_SETTINGS = [
     ({"training.model": "./my-model"}, r"^training.model: './my-model' is not an absolute path"),
     ({"training.model": "~/models/qwen"}, r"^training.model: '~/models/qwen' is not an absolute path"),
     # A model of unknown shape: auto cannot plan it, and says which settings to give instead.
-    ({"training.model": "/models/qwen"}, r"^training.micro_batch: auto needs a known gpu_instance_type .* and a model "
-     r"whose shape the planner knows \(qwen2.5-1.5b, .*\); set training.micro_batch and "
-     r"training.activation_checkpointing instead$"),
-    ({"training.model": "/models/qwen", "training.micro_batch": 1, "training.activation_checkpointing": "full"}, None),
+    ({"training.model": "/models/qwen"}, r"^training.model: cannot read /models/qwen/config.json here .*; or set "
+     r"training.micro_batch, training.activation_checkpointing and training.sharding instead of auto$"),
+    # The synth resolves the sharding too, so a model the planner cannot size needs one set.
+    ({"training.model": "/models/qwen", "training.micro_batch": 1, "training.activation_checkpointing": "full"},
+     r"^training.model: cannot read /models/qwen/config.json here .*; or set training.micro_batch, "
+     r"training.activation_checkpointing and training.sharding instead of auto$"),
+    ({"training.model": "/models/qwen", "training.micro_batch": 1, "training.activation_checkpointing": "full",
+      "training.sharding": "hybrid"}, None),
     ({"training.data": "data/train.jsonl"}, r"^training.data: 'data/train.jsonl' is not an absolute path, and the pods' "
      r"working directory is not yours; give random, pattern, hf:org/name\[:split\], an absolute pod path"),
     ({"training.data": "train.jsonl"}, r"^training.data: 'train.jsonl' is not an absolute path"),

@@ -48,6 +48,7 @@ MOVED = {
     "async_checkpoint": False,
     "max_failures": 5,
     "require_efa": False,
+    "precision": "fp8",
 }
 # Settings that only make sense with a partner setting moved too.
 PARTNERS = {"prompt_field": {"response_field": "answer"}, "response_field": {"prompt_field": "question"},

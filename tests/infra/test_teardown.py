@@ -61,3 +61,17 @@ def test_leftover_container_logs_are_listed_too(monkeypatch):
         logs.create_log_group(logGroupName="/aws/containerinsights/Other/application")
         kept = teardown.leftover_log_groups(logs, teardown.log_group_prefixes("EksFsdpEfa", "EksFsdpEfa"))
     assert [k.name for k in kept] == ["/aws/containerinsights/EksFsdpEfa/application"]
+
+
+def test_the_pull_through_caches_repositories_are_listed_with_size_and_delete_command(monkeypatch):
+    # ECR creates a cached repository at the first pull, outside the stack: `cdk destroy` leaves it billing storage.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        ecr = boto3.client("ecr", region_name="us-east-2")
+        for name in ("ecr-public/deep-learning-containers/ray", "ecr-publications/app", "mine"):
+            ecr.create_repository(repositoryName=name)
+        kept = teardown.cached_repositories(ecr, "ecr-public")
+    assert [(k.kind, k.name) for k in kept] == [("ECR repository", "ecr-public/deep-learning-containers/ray")]
+    assert kept[0].detail == "0.00 GiB of cached images (pull-through cache)"
+    assert kept[0].delete_with == "aws ecr delete-repository --repository-name ecr-public/deep-learning-containers/ray --force"

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from planning import auto, calibration, memory, plan, search, timing, workload
+from training import layout as placement
 from planning.hardware import GIB, INSTANCE_TYPES
 from training.gpus import GPUS
 from training.metrics import flops_per_token
@@ -141,7 +142,7 @@ def test_summary_line_says_what_the_deployment_will_do():
     (["n1", "n2", "n3"], (3, 1)),
 ])
 def test_node_layout(nodes, expected):
-    assert auto.node_layout(nodes) == expected
+    assert placement.node_layout(nodes) == expected
 
 
 @pytest.mark.parametrize("nodes,message", [
@@ -149,8 +150,8 @@ def test_node_layout(nodes, expected):
     (["a", "b", "a", "b"], r"ranks of node a are not consecutive"),
 ])
 def test_uneven_or_interleaved_placement_is_refused(nodes, message):
-    with pytest.raises(auto.LayoutError, match=message):
-        auto.node_layout(nodes)
+    with pytest.raises(placement.LayoutError, match=message):
+        placement.node_layout(nodes)
 
 
 def test_resolve_sharding():
@@ -906,8 +907,8 @@ def test_durations_read_in_minutes_under_two_hours_else_in_hours(seconds, shown)
                            "node's workers numbered together"),
 ])
 def test_placement_refusals_in_full(nodes, message):
-    with pytest.raises(auto.LayoutError, match=f"^{re.escape(message)}$"):
-        auto.node_layout(nodes)
+    with pytest.raises(placement.LayoutError, match=f"^{re.escape(message)}$"):
+        placement.node_layout(nodes)
 
 
 def test_layouts_that_fit_rank_before_those_that_do_not():
@@ -1167,7 +1168,8 @@ def test_auto_never_picks_what_does_not_fit(instance_type, model):
     h200 profile's (8 x 4,096 on each of 16 GPUs): auto's pick fits, keeps the batch, is the fastest of every layout,
     micro-batch and recomputation that fits (counted here one by one), and each worker's --sharding auto lands on
     its layout; or, exactly when nothing fits, it stops with one line naming the GPUs."""
-    from training.config import PlanError, TrainConfig, resolve_auto, validate
+    from planning.auto import PlanError, resolve_auto, resolve_run
+    from training.config import TrainConfig, validate
 
     spec = INSTANCE_TYPES[instance_type]
     for nodes in (1, 2, 4):
@@ -1189,7 +1191,7 @@ def test_auto_never_picks_what_does_not_fit(instance_type, model):
                                                     rf"recomputation on {cluster.name} \({spec.gpu.memory_gb:g} GB per GPU\)"
                                                     r": the smallest needs [\d.]+ GiB/GPU, auto allows [\d.]+ \(90% of "
                                                     r"[\d.]+ usable\); use GPUs with more memory, more nodes, or LoRA$"):
-                    validate(asked)
+                    resolve_run(validate(asked))
                 continue
             picked, line = resolve_auto(validate(asked))
             work = workload.Workload(seq_len, picked.micro_batch, picked.grad_accum, picked.activation_checkpointing, 2048)

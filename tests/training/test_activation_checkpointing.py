@@ -39,7 +39,7 @@ def test_the_layers_that_recompute(layers, setting, expected):
 
 
 def test_a_setting_left_to_auto_never_reaches_the_model():
-    """auto is resolved before the model is built (training.config.resolve_auto); were it not, no layer would
+    """auto is resolved before the model is built (planning.auto.resolve_auto, before the trainer starts); were it not, no layer would
     recompute and a run planned with recomputation would run out of memory: refused instead."""
     with pytest.raises(ValueError, match=r"^activation checkpointing 'auto': none, selective or full"):
         apply_activation_checkpointing(tiny(2), "auto")

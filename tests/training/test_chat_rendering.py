@@ -75,7 +75,7 @@ def test_text_parts_reach_the_template_as_parts(tokenizer):
     assert "'type'" not in tokenizer.decode(ids)
 
 
-@pytest.mark.parametrize("content", [42, {"text": "a dict"}, [{"type": "image", "url": "x.png"}], None])
+@pytest.mark.parametrize("content", [42, {"text": "a dict"}, [{"text": "a part without a type"}], None])
 def test_content_the_template_cannot_mean_is_refused_naming_the_record(tokenizer, content):
     record = {"id": "rec-17", "messages": [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}]}
     with pytest.raises(DataError, match=r"content must be a string.*record \{\"id\": \"rec-17\""):

@@ -44,14 +44,14 @@ def _run(rank: int, world: int, backend: str, port: int, folder: str, out: str) 
 
     model, optimizer, batches = fresh(0)
     _steps(model, optimizer, batches, device, 2)
-    ckpt.save(f"{folder}/ckpt", model, optimizer, step=2, data_position=2, rank=rank)
+    ckpt.save(f"{folder}/ckpt", model, optimizer, step=2, data_position=2 * world * 2, rank=rank)  # global rows
     dist.barrier()
     uninterrupted = _steps(model, optimizer, batches, device, 3)
 
     model, optimizer, _ = fresh(0)
     step, position = ckpt.load(f"{folder}/ckpt", model, optimizer)
-    resumed = _steps(model, optimizer, synthetic_batches("pattern", 3, model.config.vocab_size, 32, 2, rank, world, position),
-                     device, 3)
+    resumed = _steps(model, optimizer, synthetic_batches("pattern", 3, model.config.vocab_size, 32, 2, rank, world,
+                                                         ckpt.worker_position(position, world, 2)), device, 3)
     if rank == 0:
         torch.save({"step": step, "position": position, "uninterrupted": uninterrupted, "resumed": resumed}, out)
     leave()
@@ -68,7 +68,7 @@ def test_resume_from_a_sharded_checkpoint(backend, tmp_path):
     out = tmp_path / "result.pt"
     mp.spawn(_run, args=(2, backend, _free_port(), str(tmp_path), str(out)), nprocs=2)
     result = torch.load(out)
-    assert (result["step"], result["position"]) == (2, 2)
+    assert (result["step"], result["position"]) == (2, 8)  # 2 steps x 2 workers x 2 sequences
     # Same weights, optimizer state and data position: the same next losses. On GPU, bf16
     # compute and NCCL's reduction order leave rounding differences.
     tolerance = 1e-6 if backend == "gloo" else 2e-3

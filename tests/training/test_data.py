@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tests.conftest import DATA
-from training.data import (DataError, DataFormat, document_targets, hub_data_files, in_validation, pack,
-                           model_inputs, record_messages, split_of, tokenize_and_pack, tokenize_records)
+from training.data import (DataFormat, document_targets, in_validation, pack, model_inputs, record_messages,
+                           tokenize_and_pack, tokenize_records)
+from training.sources import DataError, hub_data_files, split_of
 from training.loss import IGNORE_INDEX
 from benchmarks.tiny_model import save_tiny_model
 

@@ -1,19 +1,16 @@
 """What the step log says the data held: padding, truncated chats, documents and blocks with nothing
-to learn; tokens/s counting real tokens; and a resume refused when the data or schedule would move."""
+to learn; tokens/s counting real tokens."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
-from training.config import TrainConfig, resume_changes
-from training.data import empty_batch, pack
+from training.data import pack
+from training.data_plan import empty_batch
 from training.loss import IGNORE_INDEX
 from training.metrics import DataCounts, Throughput
 from training.records import parse_record
-from training.train import refuse_changed_resume
 
 
 def test_pack_counts_what_each_block_holds():
@@ -27,6 +24,14 @@ def test_pack_counts_what_each_block_holds():
     assert out["real_tokens"].tolist() == [8, 7]
     assert out["truncated"].tolist() == [1, 0]
     assert out["unlearned"].tolist() == [1, 0]
+
+
+def test_a_chat_of_exactly_one_block_is_not_truncated_and_one_token_more_is():
+    # seq_len 8: a chat of 8 tokens fills its block whole; a chat of 9 loses its last token.
+    exact = pack([(list(range(1, 9)), [True] * 8, True)], seq_len=8, pad_id=0)
+    longer = pack([(list(range(1, 10)), [True] * 9, True)], seq_len=8, pad_id=0)
+    assert exact["truncated"].tolist() == [0]
+    assert longer["truncated"].tolist() == [1]
 
 
 def test_counts_sum_micro_batches_and_flag_blocks_with_nothing_to_learn():
@@ -74,24 +79,3 @@ def test_the_step_line_shows_padding_and_what_was_lost():
     stats.padding, stats.truncated, stats.unlearned, stats.empty_blocks = 0.125, 3, 1, 0
     assert stats.line().endswith("| pad 12.5% trunc 3 unlearned 1 empty 0")
     assert parse_record(stats.record())["padding"] == 0.125
-
-
-def test_resume_changes_name_each_changed_setting():
-    saved = {"workers": 2, "seq_len": 512, "steps": 100, "lr": 3e-4, "data": "a.jsonl"}
-    current = {"workers": 4, "seq_len": 512, "steps": 200, "lr": 1e-4, "data": "a.jsonl"}
-    # lr changes neither the data position nor the schedule's shape: a resume may change it.
-    assert resume_changes(saved, current) == ["--workers 2 -> 4", "--steps 100 -> 200"]
-
-
-def test_a_resume_with_another_micro_batch_is_refused(tmp_path):
-    cfg = TrainConfig(micro_batch=4, run_name="sft")
-    (tmp_path / "settings.json").write_text(json.dumps({**TrainConfig(run_name="sft").__dict__, "micro_batch": 8}))
-    with pytest.raises(RuntimeError, match=r"--run-name sft: its checkpoint was trained with other settings "
-                                           r"\(--micro-batch 8 -> 4\); resuming would misalign"):
-        refuse_changed_resume(cfg, tmp_path)
-
-
-def test_a_resume_with_the_same_settings_goes_on(tmp_path):
-    cfg = TrainConfig(run_name="sft", lr=1e-5)
-    (tmp_path / "settings.json").write_text(json.dumps(TrainConfig(run_name="sft").__dict__))
-    refuse_changed_resume(cfg, tmp_path)

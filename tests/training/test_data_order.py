@@ -14,7 +14,8 @@ import torch.distributed as dist
 
 from tests.conftest import DATA, local_ray
 from training.config import TrainConfig
-from training.data import DataFormat, dataset_batches, dataset_pass, packed_dataset
+from training.data import DataFormat, packed_dataset
+from training.data_plan import dataset_batches, dataset_pass
 from benchmarks.tiny_model import save_tiny_model
 
 
@@ -94,7 +95,7 @@ def test_batches_stay_on_the_host_inside_a_train_worker(shard, monkeypatch):
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("meta"))
     assert next(iter(shard.iter_torch_batches(batch_size=1)))["id"].device.type == "meta"  # the default, to undo
     assert next(dataset_batches(shard, micro_batch=1))["id"].device.type == "cpu"
-    assert dataset_pass(shard, micro_batch=1, limit=1)[0]["id"].device.type == "cpu"  # validation's
+    assert dataset_pass(shard, micro_batch=1, limit=1)[0][0]["id"].device.type == "cpu"  # validation's
 
 
 def test_each_epoch_has_its_own_order_of_every_block(shard):
@@ -109,8 +110,12 @@ def test_a_resumed_position_replays_the_same_order(shard):
     assert row_ids(shard, 2 * ROWS - 700, shuffle_seed=11, position=700) == whole[700:]
 
 
-def test_workers_order_their_shards_differently(shard):
-    assert row_ids(shard, 100, shuffle_seed=11, rank=0) != row_ids(shard, 100, shuffle_seed=11, rank=1)
+def test_workers_read_one_shuffled_order_each_its_own_rows(shard):
+    """Every worker reads the whole stream in the epoch's one order and keeps its rows of each global
+    micro-batch: rank 0 the even positions, rank 1 the odd ones, of the order one worker reads."""
+    alone = row_ids(shard, ROWS, shuffle_seed=11)
+    ranks = [row_ids(shard, ROWS // 2, shuffle_seed=11, rank=r, world=2) for r in (0, 1)]
+    assert ranks == [alone[0::2], alone[1::2]]
 
 
 def test_without_a_seed_blocks_come_in_order(shard):
@@ -130,11 +135,12 @@ def one_rank_group(tmp_path):
 def validation_with(monkeypatch, rows: int, micro_batch: int, eval_batches: int) -> list[dict]:
     from training.train import validation_batches
 
-    shard = ray.data.from_items([{"input_ids": np.full(8, i), "labels": np.full(8, i)} for i in range(rows)]).iterator()
+    shard = ray.data.from_items([{"input_ids": np.full(8, i), "labels": np.full(8, i), "position_ids": np.arange(8),
+                                  "real_tokens": 8} for i in range(rows)]).iterator()
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
     cfg = TrainConfig(model="folder", data="data.jsonl", val_fraction=0.1, micro_batch=micro_batch,
                       eval_batches=eval_batches, seq_len=8)
-    return validation_batches(cfg, 512, 0, 1, torch.device("cpu"))
+    return validation_batches(cfg, 512, 0, 1, torch.device("cpu"))[0]
 
 
 def test_validation_counts_every_block_once(monkeypatch, one_rank_group):
@@ -156,3 +162,68 @@ def test_eval_batches_caps_the_pass(monkeypatch, one_rank_group):
 def test_an_empty_validation_split_is_refused(monkeypatch, one_rank_group):
     with pytest.raises(RuntimeError, match=r"--val-fraction: the validation split holds no block"):
         validation_with(monkeypatch, rows=0, micro_batch=2, eval_batches=4)
+
+
+# ---------------------------------------------------------------- --shuffle / --no-shuffle as the trainer wires them
+
+
+@pytest.fixture(scope="module")
+def same_length_files(tmp_path_factory, model_folder):
+    """Two JSONL files of documents A000..A029, B000..B029, each padded to the same token count and each
+    filling one block: packing (longest first, stable) leaves them in the order it reads them."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_folder)
+    folder = tmp_path_factory.mktemp("ordered")
+    texts = {name: [f"{name}{i:03d}" for i in range(30)] for name in "AB"}
+    longest = max(len(tokenizer(t)["input_ids"]) for names in texts.values() for t in names) + 4
+    for name, names in texts.items():
+        padded = []
+        for text in names:
+            while len(tokenizer(text)["input_ids"]) < longest:
+                text += " x"
+            assert len(tokenizer(text)["input_ids"]) == longest, text
+            padded.append(text)
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in padded))
+    return folder, longest + 1  # each document and its EOS fill a block
+
+
+FILE_ORDER = [f"{name}{i:03d}" for name in "AB" for i in range(30)]
+
+
+def trainer_datasets(folder, model_folder, seq_len: int, shuffle: bool) -> dict:
+    from training.train import real_datasets
+
+    cfg = TrainConfig(model=model_folder, data=str(folder), val_data=str(folder), seq_len=seq_len, shuffle=shuffle, seed=3)
+    return real_datasets(cfg)
+
+
+def first_words(dataset, model_folder) -> list[str]:
+    return [doc.split(" ")[0] for block in block_documents(dataset, model_folder) for doc in block]
+
+
+@pytest.mark.parametrize("part", ["train", "validation"])
+def test_no_shuffle_reads_every_document_in_file_order(same_length_files, model_folder, part):
+    folder, seq_len = same_length_files
+    assert first_words(trainer_datasets(folder, model_folder, seq_len, shuffle=False)[part], model_folder) == FILE_ORDER
+
+
+@pytest.mark.parametrize("part", ["train", "validation"])
+def test_shuffle_reads_every_document_out_of_file_order(same_length_files, model_folder, part):
+    """Validation too: --eval-batches may evaluate only its head, which must not be a file's head."""
+    folder, seq_len = same_length_files
+    read = first_words(trainer_datasets(folder, model_folder, seq_len, shuffle=True)[part], model_folder)
+    assert sorted(read) == FILE_ORDER and read != FILE_ORDER
+
+
+@pytest.mark.parametrize("shuffle, in_order", [(False, True), (True, False)])
+def test_the_trainers_epochs_follow_the_shuffle_setting(shard, monkeypatch, shuffle, in_order):
+    import ray.train
+
+    from training.train import train_batches
+
+    monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
+    cfg = TrainConfig(model="folder", data="data.jsonl", micro_batch=1, shuffle=shuffle, seed=11)
+    stream = train_batches(cfg, 512, rank=0, world=1, position=0)
+    ids = [int(next(stream)["id"][0]) for _ in range(2 * ROWS)]
+    assert (ids == list(range(ROWS)) * 2) == in_order

@@ -216,3 +216,48 @@ def test_a_tied_model_exports_the_embedding_once_as_its_head(tmp_path):
         assert "lm_head.weight" not in f.keys()
     lm = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert torch.equal(lm.lm_head.weight, state["lm.model.embed_tokens.weight"].to(torch.bfloat16))
+
+
+# ---------------------------------------------------------------- which checkpoint, which template
+
+# A template of its own for each checkpoint's run settings: the export's tokenizer shows which one it read.
+TRAINED_TEMPLATE = "{{% for m in messages %}}step {step} {{{{ m['role'] }}}}: {{{{ m['content'] }}}}\n{{% endfor %}}"
+
+
+@pytest.fixture(scope="module")
+def several_checkpoints(exported, tmp_path_factory):
+    """Checkpoints of steps 2, 10 and 6, listed in that order (a run resumed from an earlier one), then one of
+    step 12 whose upload never finished (a shard missing): the newest complete one is step 10, not the last listed."""
+    tmp = tmp_path_factory.mktemp("several")
+    source = exported / "run" / f"checkpoint_{STEPS:06d}"
+    for index, step in enumerate((2, 10, 6, 12)):
+        folder = tmp / "run" / f"checkpoint_{index:06d}"
+        shutil.copytree(source, folder)
+        state = json.loads((folder / "train_state.json").read_text())
+        (folder / "train_state.json").write_text(json.dumps({**state, "step": step}))
+        (tmp / f"step-{step}.jinja").write_text(TRAINED_TEMPLATE.format(step=step))
+        settings = json.loads((folder / "settings.json").read_text())
+        (folder / "settings.json").write_text(json.dumps({**settings, "chat_template": str(tmp / f"step-{step}.jinja")}))
+    next((tmp / "run" / "checkpoint_000003").glob("*.distcp")).unlink()
+    return tmp / "run"
+
+
+def test_the_export_takes_the_newest_complete_checkpoint(several_checkpoints, capsys):
+    from transformers import AutoTokenizer
+
+    assert main([str(several_checkpoints)]) == 0
+    assert capsys.readouterr().out == f"exported step 10 to {several_checkpoints}/hf-export-step-10\n"
+    served = AutoTokenizer.from_pretrained(several_checkpoints / "hf-export-step-10")
+    assert served.chat_template == TRAINED_TEMPLATE.format(step=10)  # read from step 10's own folder
+
+
+def test_the_export_serves_the_chat_template_the_run_trained_with(exported, several_checkpoints):
+    """Not the source tokenizer's: the run set --chat-template to another one."""
+    from transformers import AutoTokenizer
+
+    assert main([str(several_checkpoints), "6"]) == 0
+    served = AutoTokenizer.from_pretrained(several_checkpoints / "hf-export-step-6")
+    source = AutoTokenizer.from_pretrained(exported / "model")
+    chat = [{"role": "user", "content": "What does NCCL do?"}]
+    assert served.apply_chat_template(chat, tokenize=False) == "step 6 user: What does NCCL do?\n"
+    assert source.apply_chat_template(chat, tokenize=False) != served.apply_chat_template(chat, tokenize=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from training.config import ConfigError, TrainConfig, validate
-from training.data import DataError, HubSpec, _hub_filesystem, hub_data_files, parse_hf_spec
+from training.sources import DataError, HubSpec, _hub_filesystem, hub_data_files, parse_hf_spec
 
 
 @pytest.mark.parametrize("spec, expected", [

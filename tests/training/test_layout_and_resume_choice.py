@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 
 from training import train
 from training.config import TrainConfig
-from planning.auto import LayoutError
+from training.layout import LayoutError
 from tests.process_group import leave
 
 # Six workers on two 4-GPU nodes: Ray places four on one node and two on the other.

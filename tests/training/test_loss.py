@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.loss import IGNORE_INDEX, linear_cross_entropy, softmax_xent_and_grad
+from training.loss import IGNORE_INDEX, LogitHead, linear_cross_entropy, softmax_xent_and_grad
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -153,7 +153,7 @@ def test_a_frozen_input_gets_no_gradient_and_no_gradient_buffer(frozen):
     (weight if frozen == "weight" else hidden).requires_grad_(False)
     loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=7, scale=1 / int((labels != IGNORE_INDEX).sum()))
     assert type(loss.grad_fn).__name__ == "_FusedLinearCrossEntropyBackward"
-    saved_hidden, saved_weight = loss.grad_fn.saved_tensors
+    saved_hidden, saved_weight, _ = loss.grad_fn.saved_tensors
     assert (saved_weight is None) == (frozen == "weight") and (saved_hidden is None) == (frozen == "hidden")
     loss.backward()
     _, ref_hidden_grad, ref_weight_grad = reference(hidden, weight, labels)
@@ -189,3 +189,42 @@ def test_each_chunks_hidden_gradient_is_written_in_place():
     linear_cross_entropy(hidden, weight, labels, chunk_tokens=8, scale=1 / 37).backward()
     _, ref_hidden_grad, _ = reference(hidden, weight, labels)
     assert relative_error(hidden.grad, ref_hidden_grad) < 1e-5
+
+
+@pytest.mark.parametrize("head", [LogitHead(multiplier=0.25), LogitHead(softcap=3.0), LogitHead(multiplier=4.0, softcap=2.0)],
+                         ids=["scaled", "soft-capped", "both"])
+def test_a_transformed_head_with_a_bias_matches_float64_autograd(head):
+    """Against autograd through the head as transformers writes it (Gemma 2: logits / c, tanh, x c), with a
+    bias (Phi), over several chunks: loss and the hidden, weight and bias gradients."""
+    hidden, weight, labels = problem(12, 30, 8, 20, masked=0.2)
+    hidden.data *= 4  # logits of several units, where the cap bends them
+    bias_ = torch.randn(20, generator=torch.Generator().manual_seed(3)).requires_grad_()
+    valid = int((labels != IGNORE_INDEX).sum())
+    loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=7, scale=1 / valid, bias=bias_, head=head)
+    loss.backward()
+    h, w, b = (t.detach().double().requires_grad_() for t in (hidden, weight, bias_))
+    logits = (h @ w.T + b) * head.multiplier
+    if head.softcap is not None:
+        logits = torch.tanh(logits / head.softcap) * head.softcap
+    expected = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+    expected.backward()
+    assert abs(loss.item() - expected.item()) < 1e-5
+    for got, want in ((hidden.grad, h.grad), (weight.grad, w.grad), (bias_.grad, b.grad)):
+        assert relative_error(got, want) < 1e-5
+
+
+def test_a_transformed_head_under_no_grad_gives_the_same_loss():
+    hidden, weight, labels = problem(13, 12, 4, 9, masked=0.3)
+    head = LogitHead(multiplier=2.0, softcap=1.5)
+    graded = linear_cross_entropy(hidden, weight, labels, 5, head=head)
+    with torch.no_grad():
+        torch.testing.assert_close(linear_cross_entropy(hidden, weight, labels, 5, head=head), graded.detach())
+
+
+def test_a_plain_head_runs_the_plain_kernel_alone():
+    """Qwen2 and the other plain heads pay nothing for the head variants: their chunks go straight to
+    softmax_xent_and_grad, with no scaling, capping or extra fp32 pass over the logits."""
+    from training.loss import _xent_kernel
+
+    assert _xent_kernel(torch.device("cpu"), LogitHead()) is softmax_xent_and_grad
+    assert _xent_kernel(torch.device("cpu"), LogitHead(multiplier=2.0)) is not softmax_xent_and_grad

@@ -165,3 +165,13 @@ def test_model_revision_is_the_revision_the_weights_are_loaded_at(monkeypatch):
     full_state_dict_on_rank0(TrainConfig(model="org/name", model_revision="0123456789abcdef0123456789abcdef01234567"),
                              builtin_config("tiny"))
     assert (loaded["path"], loaded["revision"]) == ("org/name", "0123456789abcdef0123456789abcdef01234567")
+
+
+def test_predicted_link_gbps_is_the_health_gates_plan(monkeypatch):
+    import training.health
+
+    seen = {}
+    monkeypatch.setattr(training.health, "run_gate",
+                        lambda rank, device, message_bytes, planned, log: seen.update(planned=planned))
+    training.health.gate_for_run(TrainConfig(model="tiny", predicted_link_gbps=7.5), 0, torch.device("cpu"), print)
+    assert seen == {"planned": 7.5}

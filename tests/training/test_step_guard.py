@@ -328,7 +328,7 @@ def test_the_optimizer_decays_matrices_only_and_leaves_frozen_weights_out():
 def _two_rank_evaluation(rank: int, store: str, out: str) -> None:
     import json
 
-    from training.data import empty_batch
+    from training.data_plan import empty_batch
     from training.step import evaluate
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)

@@ -76,10 +76,10 @@ def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
-    """A run that goes NaN at step 13 (no retries), as found after it stopped, then run again under
-    the same storage path and name, where a worker dies at step 20 and Ray Train restarts the group.
-    Checkpoints are written in the background in the first run and synchronously in the second:
-    both must resume exactly."""
+    """A run on 2 workers that goes NaN at step 13 (no retries), as found after it stopped, then run again
+    under the same storage path and name on 1 worker at the same global batch (capacity for one GPU), where
+    the worker dies at step 20 and Ray Train restarts the group. Checkpoints are written in the background in
+    the first run and synchronously in the second: both must resume exactly."""
     from training.storage import latest_checkpoint
 
     storage = tmp_path_factory.mktemp("resumed")
@@ -91,8 +91,9 @@ def resumed(tmp_path_factory):
         "newest_checkpoint_step": json.loads((Path(latest_checkpoint(str(run)).path) / "train_state.json").read_text())["step"],
         "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
     }
+    one_worker = {"micro_batch": SHAPE["micro_batch"], "grad_accum": 2 * SHAPE["grad_accum"], "workers": 1}
     rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False,
-                       **SHAPE))
+                       **one_worker))
     return run, rerun, after_the_stop
 
 
@@ -207,3 +208,41 @@ def test_tensorboard_events_beside_the_metrics(chat_sft):
     scalars = scalar_events(run / "tensorboard")
     assert [step for step, _ in scalars["loss/validation"]] == [10, 20, 30]
     assert [v for _, v in scalars["loss/train"]] == pytest.approx([r["loss"] for r in records], rel=1e-6)
+
+
+def test_data_counts_cover_the_whole_run_after_a_resume(resumed, uninterrupted):
+    """Resumed twice (from step 8, then from 16), the summary still counts all 24 steps: 2 workers x 2
+    micro-batches x 2 sequences x 64 tokens = 512 a step, 12,288 in all, as the uninterrupted run counts."""
+    _, summary, _ = resumed
+    assert summary["data_counts"]["tokens"] == uninterrupted["data_counts"]["tokens"] == STEPS * 512
+
+
+@pytest.fixture(scope="module")
+def three_record_validation(tmp_path_factory):
+    """Validation of three plain-text records, each filling a block of its own (over half of 64 tokens),
+    on 2 workers with micro-batches of 2: the first worker evaluates two blocks, the second one."""
+    from transformers import AutoTokenizer
+
+    tmp = tmp_path_factory.mktemp("validation")
+    model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    words = " ".join(json.loads(line)["messages"][-1]["content"] for line in (DATA / "chat.jsonl").read_text().splitlines()[:20]).split()
+    texts, at = [], 0
+    for least in (36, 44, 52):  # token counts: each document and its EOS need a block of their own
+        text = words[at]
+        while len(tokenizer(text)["input_ids"]) < least:
+            at += 1
+            text += " " + words[at]
+        texts.append(text)
+        at += 1
+    (tmp / "validation.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    summary = fit(config(tmp, "validation", model=model, data=str(DATA / "chat.jsonl"), val_data=str(tmp / "validation.jsonl"),
+                         steps=2, micro_batch=2, seq_len=64, checkpoint_every=0))
+    # Counted by the tokenizer itself: a document of n tokens and its EOS has n targets (the EOS predicts nothing).
+    return summary, sum(len(tokenizer(t)["input_ids"]) for t in texts)
+
+
+def test_every_validation_record_is_evaluated_once_and_the_summary_says_so(three_record_validation):
+    summary, targets = three_record_validation
+    assert summary["validation_counts"] == {"blocks": 3, "documents": 3, "targets": targets, "whole": True}
+    assert summary["val_loss"] is not None

@@ -86,17 +86,6 @@ REFUSED = [
     # auto splits each worker's whole sequences: 65,536 tokens over 3 workers of 2,048-token sequences do not divide.
     (["--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "3", "--seq-len", "2048"],
      r"^--batch-tokens: 65,536 is not a multiple of 3 workers \(--workers\) x 1 sequences \(--micro-batch\) x 2,048"),
-    (["--activation-checkpointing", "auto"], r"^--activation-checkpointing: auto needs a known --instance-type "
-     r"\(planning/hardware.py\), whole nodes of workers \(--workers\) and a model whose shape the planner knows "
-     r"\(qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny or their Qwen/Qwen2.5 hub ids\); set --activation-checkpointing instead$"),
-    (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
-      "--instance-type", "g6.12xlarge", "--model", "/models/mine"], r"^--micro-batch: auto needs a known --instance-type .*; "
-     r"set --micro-batch and --activation-checkpointing instead$"),
-    (["--activation-checkpointing", "auto", "--workers", "6", "--instance-type", "g6.12xlarge", "--model", "qwen2.5-1.5b"],
-     r"^--activation-checkpointing: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers"),
-    (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
-      "--instance-type", "g6.12xlarge", "--model", "qwen2.5-14b"],
-     r"^--instance-type: qwen2.5-14b fits in no layout, micro-batch or recomputation on 2 x g6.12xlarge"),
     # argparse's own errors, reworded to lead with the option
     (["--steps", "ten"], r"^--steps: 'ten' is not an integer$"),
     (["--lr", "fast"], r"^--lr: 'fast' is not a number$"),
@@ -172,8 +161,9 @@ MODEL_FORMS = "is not a built-in (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny), 
     ({"run_name": "bad name"}, "--run-name: 'bad name' must start with a letter, digit or '_' and hold only letters, "
      "digits, '.', '_' and '-' (no '..'), at most 128 characters"),
     ({"prompt_field": "a"}, "--prompt-field and --response-field: give both (instruction data) or neither"),
-    ({"instance_type": "x1"}, "--instance-type: 'x1' is not in planning/hardware.py (g4dn.xlarge, g5.48xlarge, "
-     "g6.12xlarge, g6.48xlarge, g6e.12xlarge, m6i.xlarge, m7i.2xlarge, m7i.xlarge, p4d.24xlarge, p5.48xlarge)"),
+    ({"instance_type": "x1"}, "--instance-type: 'x1' is not an EC2 instance type name (family.size, e.g. g6.12xlarge)"),
+    ({"predicted_step_seconds": 0.0}, "--predicted-step-seconds: 0.0 must be above 0"),
+    ({"predicted_link_gbps": -3.0}, "--predicted-link-gbps: -3.0 must be above 0"),
     ({"data": "hf:org/a..b"}, f"--data: 'hf:org/a..b' {HUB_DATA}"),
     ({"data": "hf:org/name:bad split"}, f"--data: 'hf:org/name:bad split' {HUB_DATA}"),
     ({"model": "org/a..b"}, f"--model: 'org/a..b' {MODEL_FORMS}"),
@@ -278,7 +268,7 @@ def test_file_uri_is_looked_up_as_a_local_path(tmp_path):
 
 
 def test_local_model_exactly_as_long_as_seq_len_is_accepted(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 1024}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 1024}))
     check_inputs(validate(TrainConfig(model=str(tmp_path), seq_len=1024)))
 
 
@@ -294,7 +284,7 @@ def test_validation_data_is_checked_after_s3_training_data(s3, tmp_path):
 
 
 def test_present_inputs_pass(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 4096}))
     (tmp_path / "train.jsonl").write_text('{"text": "a"}\n')
     check_inputs(validate(TrainConfig(model=str(tmp_path), data=str(tmp_path / "train.jsonl"), seq_len=1024)))
 
@@ -372,14 +362,6 @@ def test_an_accumulation_that_contradicts_the_batch_is_refused():
         validate(TrainConfig(batch_tokens=65536, workers=8, seq_len=2048, micro_batch=1, grad_accum=3))
 
 
-def test_a_shape_that_fits_no_gpu_of_the_instance_type_is_refused_before_the_run():
-    p5 = ["--model", "qwen2.5-1.5b", "--instance-type", "p5.48xlarge", "--workers", "16", "--profile", "h200"]
-    with pytest.raises(ConfigError, match=r"^--micro-batch: 8 x 4096 tokens per micro-batch without recomputation needs "
-                       r"88.0 GiB/GPU on 2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation"):
-        parse_args(p5)
-    assert parse_args(p5 + ["--micro-batch", "4", "--grad-accum", "2"]).micro_batch == 4  # what it offered fits
-
-
 def test_tokens_per_step_count_every_micro_batch_of_the_step():
     """A worker's step is grad_accum micro-batches of micro_batch sequences of seq_len tokens:
     4 x 2048 x 8 = 65,536 tokens (what tok/s/GPU and MFU divide by the step time)."""
@@ -413,33 +395,20 @@ DEFAULT_CLUSTER = ["--model", "Qwen/Qwen2.5-1.5B", "--instance-type", "g6.12xlar
                    "--batch-tokens", "65536", "--loss-chunk-tokens", "2048", "--reduce-dtype", "bf16"]
 
 
-def test_auto_picks_a_split_of_the_same_batch_and_says_why():
-    """8 workers, 65,536 tokens of 2,048: 4 sequences per worker per step, whatever auto picks."""
-    from training.config import resolve_auto
-
-    asked = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
-    assert (asked.micro_batch, asked.activation_checkpointing) == ("auto", "auto")  # validated, still to pick
-    picked, line = resolve_auto(asked)
-    assert picked.micro_batch * picked.grad_accum == 4 and picked.activation_checkpointing in ("none", "selective", "full")
-    assert line.startswith(f"auto: hybrid+bf16, micro-batch {picked.micro_batch} x {picked.grad_accum} accumulation, ")
-    assert ": fastest that fits on 2 x g6.12xlarge, ~" in line
-    # Only what is auto changes: a micro-batch given stays, and so does the recomputation.
-    fixed_micro = resolve_auto(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "2", "--activation-checkpointing", "auto"]))[0]
-    assert (fixed_micro.micro_batch, fixed_micro.grad_accum) == (2, 2)
-    fixed_recompute = resolve_auto(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing",
-                                                                 "full"]))[0]
-    assert fixed_recompute.activation_checkpointing == "full"
-    unchanged = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "1", "--activation-checkpointing", "full"])
-    assert resolve_auto(unchanged) == (unchanged, None)
+def test_the_trainer_refuses_an_auto_only_the_planner_resolves(capsys):
+    assert main(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto", "--sharding", "hybrid"]) == 2
+    assert capsys.readouterr().err == ("error: --micro-batch: auto needs the planner: run python -m planning.train "
+                                       "with the same options, or set --micro-batch and --activation-checkpointing\n")
 
 
-def test_the_trainer_applies_autos_pick_and_prints_it(capsys):
-    from training.config import resolve_auto
-    from training.train import apply_auto
+def test_sharding_auto_on_a_cluster_is_refused_and_on_one_machine_is_full(capsys):
+    from training.train import choose_layout, refuse_planner_autos
 
-    asked = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
-    picked, line = resolve_auto(asked)
-    assert apply_auto(asked) == picked
-    assert capsys.readouterr().out == line + "\n"
-    apply_auto(picked)
-    assert capsys.readouterr().out == ""
+    assert main(["--model", "tiny", "--workers", "8"]) == 2  # sharding defaults to auto
+    assert capsys.readouterr().err == ("error: --sharding: auto needs the planner: run python -m planning.train with the "
+                                       "same options, or set --sharding\n")
+    local = parse_args(["--model", "tiny", "--workers", "2", "--local"])
+    refuse_planner_autos(local)  # nothing to refuse
+    assert choose_layout(local, ["node-a", "node-a"]) == ("full", 1, 2, "one machine")
+
+

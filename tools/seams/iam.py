@@ -8,7 +8,7 @@ elements reference"), for the policies a stack synthesizes, resolved by tools.se
   case-sensitively with the same wildcards;
 - a Condition block is the AND of its operators, an operator the AND of its keys, a key the OR of its
   values; ForAnyValue / ForAllValues for multivalued keys; the IfExists suffix; Null;
-- a missing key makes a condition false, except under the negated operators (StringNotEquals,
+- a missing key makes a condition false, except under ForAllValues and the negated operators (StringNotEquals,
   StringNotLike, ArnNotEquals, ArnNotLike), where it is true ("Condition operators": "If the key that
   you specify in a policy condition is not present in the request context, the values do not match",
   and the negated operators return true then).
@@ -128,7 +128,9 @@ def _condition_holds(operator: str, key: str, expected, context: dict) -> bool:
     if operator == "Null":
         return (not present) == (expected[0] == "true")
     if not present:
-        return if_exists or operator in _NEGATED
+        # "Single-valued vs. multivalued context keys": ForAllValues also returns true when the key is not in
+        # the request at all (why IAM warns against it with Allow).
+        return if_exists or operator in _NEGATED or qualifier == "ForAllValues"
     actual = [str(a).lower() if isinstance(a, bool) else str(a) for a in _as_list(context[key])]
     negated = operator in _NEGATED
 

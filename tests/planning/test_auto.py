@@ -1,0 +1,92 @@
+"""auto resolved by the planner before the trainer starts (planning/auto.py): at synth, and by `python -m
+planning.train` for a run started by hand. Every refusal is one line naming the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from planning.auto import check_fit, resolve_auto, resolve_run
+from planning.train import main, resolved_argv
+from training.config import ConfigError, parse_args
+
+DEFAULT_CLUSTER = ["--model", "Qwen/Qwen2.5-1.5B", "--instance-type", "g6.12xlarge", "--workers", "8", "--seq-len", "2048",
+                   "--batch-tokens", "65536", "--loss-chunk-tokens", "2048", "--reduce-dtype", "bf16"]
+
+PLANNER_REFUSED = [
+    (["--activation-checkpointing", "auto"], r"^--activation-checkpointing: auto needs a known --instance-type "
+     r"\(planning/hardware.py\), whole nodes of workers \(--workers\); set --activation-checkpointing instead$"),
+    (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
+      "--instance-type", "g6.12xlarge", "--model", "/models/mine"], r"^--model: cannot read /models/mine/config.json here "
+     r"\(No such file or directory\); .*; or set --micro-batch, --activation-checkpointing and --sharding instead of auto$"),
+    (["--activation-checkpointing", "auto", "--workers", "6", "--instance-type", "g6.12xlarge", "--model", "qwen2.5-1.5b"],
+     r"^--activation-checkpointing: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers"),
+    (["--activation-checkpointing", "auto", "--micro-batch", "auto", "--batch-tokens", "65536", "--workers", "8",
+      "--instance-type", "g6.12xlarge", "--model", "qwen2.5-14b"],
+     r"^--instance-type: qwen2.5-14b fits in no layout, micro-batch or recomputation on 2 x g6.12xlarge"),
+    (["--sharding", "auto", "--workers", "8", "--model", "qwen2.5-1.5b"],
+     r"^--sharding: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers \(--workers\); "
+     r"set --sharding full or hybrid instead$"),
+    (["--instance-type", "x1.large", "--sharding", "full"],
+     r"^--instance-type: 'x1.large' is not in planning/hardware.py \(g4dn.xlarge, g5.48xlarge, g6.12xlarge, "),
+]
+
+
+@pytest.mark.parametrize("argv,message", PLANNER_REFUSED, ids=[" ".join(a) for a, _ in PLANNER_REFUSED])
+def test_the_planner_refuses_in_one_line_naming_the_option(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_run(parse_args(argv))
+
+
+def test_a_shape_that_fits_no_gpu_of_the_instance_type_is_refused_before_the_run():
+    p5 = ["--model", "qwen2.5-1.5b", "--instance-type", "p5.48xlarge", "--workers", "16", "--profile", "h200"]
+    with pytest.raises(ConfigError, match=r"^--micro-batch: 8 x 4096 tokens per micro-batch without recomputation needs "
+                       r"88.0 GiB/GPU on 2 x p5.48xlarge \(80 GB per GPU\); micro-batch 4 x 2 accumulation"):
+        resolve_run(parse_args(p5))
+    assert resolve_run(parse_args(p5 + ["--micro-batch", "4", "--grad-accum", "2"])).config.micro_batch == 4  # what it offered fits
+
+
+def test_a_fixed_shape_that_fits_no_gpu_is_refused():
+    """qwen2.5-14b at 1 x 2,048 with full recomputation on 8 L4s: its sharded state alone is past 20.9 GiB."""
+    fixed = parse_args(DEFAULT_CLUSTER + ["--model", "qwen2.5-14b", "--micro-batch", "1", "--activation-checkpointing",
+                                          "full", "--sharding", "full"])
+    with pytest.raises(ConfigError, match=r"^--instance-type: qwen2.5-14b"):
+        check_fit(fixed)
+
+
+def test_auto_picks_a_split_of_the_same_batch_and_says_why():
+    """8 workers, 65,536 tokens of 2,048: 4 sequences per worker per step, whatever auto picks."""
+    asked = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
+    assert (asked.micro_batch, asked.activation_checkpointing) == ("auto", "auto")  # validated, still to pick
+    picked, line = resolve_auto(asked)
+    assert picked.micro_batch * picked.grad_accum == 4 and picked.activation_checkpointing in ("none", "selective", "full")
+    assert line.startswith(f"auto: hybrid+bf16, micro-batch {picked.micro_batch} x {picked.grad_accum} accumulation, ")
+    assert ": fastest that fits on 2 x g6.12xlarge, ~" in line
+    # Only what is auto changes: a micro-batch given stays, and so does the recomputation.
+    fixed_micro = resolve_auto(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "2", "--activation-checkpointing", "auto"]))[0]
+    assert (fixed_micro.micro_batch, fixed_micro.grad_accum) == (2, 2)
+    fixed_recompute = resolve_auto(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing",
+                                                                 "full"]))[0]
+    assert fixed_recompute.activation_checkpointing == "full"
+    unchanged = parse_args(DEFAULT_CLUSTER + ["--micro-batch", "1", "--activation-checkpointing", "full"])
+    assert resolve_auto(unchanged) == (unchanged, None)
+
+
+def test_the_cluster_run_is_resolved_into_explicit_options_with_the_predicted_figures():
+    """The README's default run on 2 x g6.12xlarge: hybrid+bf16, micro-batch 4 x 1, full recomputation, ~2.11 s a
+    step; its inter-node link is the instance's 40 Gbit/s (5 GB/s) at the calibrated 60% NCCL efficiency: 3 GB/s."""
+    argv, line = resolved_argv(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
+    assert argv[-5:-2] == ["--micro-batch=4", "--activation-checkpointing=full", "--sharding=hybrid"]
+    assert argv[-2].startswith("--predicted-step-seconds=2.1") and argv[-1] == "--predicted-link-gbps=3.000"
+    assert line.startswith("auto: hybrid+bf16, micro-batch 4 x 1 accumulation, full recomputation: fastest that fits")
+    resolved = parse_args(argv)
+    assert (resolved.micro_batch, resolved.grad_accum, resolved.sharding) == (4, 1, "hybrid")
+
+
+def test_a_local_run_needs_no_planner_for_its_sharding():
+    argv, line = resolved_argv(["--local", "--workers", "2", "--model", "tiny"])
+    assert argv[-3:] == ["--micro-batch=4", "--activation-checkpointing=none", "--sharding=full"] and line is None
+
+
+def test_the_cli_prints_one_line_without_traceback(capsys):
+    assert main(["--activation-checkpointing", "auto"]) == 2
+    assert capsys.readouterr().err.startswith("error: --activation-checkpointing: auto needs a known --instance-type")

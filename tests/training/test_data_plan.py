@@ -1,0 +1,119 @@
+"""The data plan, without Ray: every worker reads the whole packed stream and keeps its share.
+
+Training: each optimizer step holds the same rows on 1, 2 and 4 workers (the global batch, world x
+micro-batch x grad-accum rows, kept constant), epoch after epoch, on the chat corpus.
+Validation: every block is evaluated exactly once over the workers, for any number of blocks >= 1."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import DATA
+from training import data_plan
+from training.data import DataFormat, tokenize_and_pack
+from training.data_plan import dataset_batches, evaluated_counts, validation_share
+from training.loss import IGNORE_INDEX
+from benchmarks.tiny_model import save_tiny_model
+
+ROWS_PER_STEP, GRAD_ACCUM, EPOCHS = 8, 2, 2
+
+
+class Stream:
+    """The packed blocks as a Ray DataIterator hands them over (iter_batches), from numpy arrays."""
+
+    def __init__(self, blocks: dict[str, np.ndarray]):
+        self.blocks = blocks
+
+    def iter_batches(self, batch_size: int, batch_format: str):
+        assert batch_format == "numpy"
+        size = len(self.blocks["input_ids"])
+        for start in range(0, size, batch_size):
+            yield {k: v[start:start + batch_size] for k, v in self.blocks.items()}
+
+
+@pytest.fixture(scope="module")
+def chat_blocks(tmp_path_factory) -> dict[str, np.ndarray]:
+    """tests/data/chat.jsonl packed as the trainer's map_batches packs it (256 records a batch)."""
+    model = save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", DATA / "chat.jsonl")
+    records = [json.loads(line) for line in (DATA / "chat.jsonl").read_text().splitlines()]
+    packed = [tokenize_and_pack({"messages": np.array([r["messages"] for r in records[i:i + 256]], dtype=object)},
+                                model, 128, DataFormat()) for i in range(0, len(records), 256)]
+    blocks = {k: np.concatenate([p[k] for p in packed]) for k in packed[0]}
+    return blocks | {"block": np.arange(len(blocks["input_ids"]))}  # which block a row is, as it travels
+
+
+def steps_read(blocks, world: int, seed: int | None, steps: int) -> list[list[int]]:
+    """The blocks of each optimizer step over all workers, micro-step by micro-step, in rank order."""
+    micro_batch = ROWS_PER_STEP // (GRAD_ACCUM * world)
+    streams = [dataset_batches(Stream(blocks), micro_batch, shuffle_seed=seed, rank=r, world=world) for r in range(world)]
+    read = []
+    for _ in range(steps):
+        rows = []
+        for _ in range(GRAD_ACCUM):
+            for stream in streams:
+                batch = next(stream)
+                assert all(np.array_equal(ids, blocks["input_ids"][b]) for ids, b in zip(batch["input_ids"], batch["block"]))
+                rows.extend(int(b) for b in batch["block"])
+        read.append(rows)
+    return read
+
+
+def as_sets(steps: list[list[int]]) -> list[list[int]]:
+    return [sorted(step) for step in steps]
+
+
+@pytest.mark.parametrize("seed", [None, 17])
+def test_every_step_holds_the_same_rows_on_1_2_and_4_workers(chat_blocks, monkeypatch, seed):
+    monkeypatch.setattr(data_plan, "SHUFFLE_WINDOW_BLOCKS", 32)  # several windows, so that each is reordered on its own
+    blocks = len(chat_blocks["input_ids"])
+    per_epoch = blocks - blocks % (ROWS_PER_STEP // GRAD_ACCUM)  # an incomplete last global micro-batch waits
+    steps = -(-EPOCHS * per_epoch // ROWS_PER_STEP)
+    alone = steps_read(chat_blocks, 1, seed, steps)
+    assert as_sets(steps_read(chat_blocks, 2, seed, steps)) == as_sets(alone)
+    assert as_sets(steps_read(chat_blocks, 4, seed, steps)) == as_sets(alone)
+    in_order = [b for step in alone for b in step]
+    for epoch in range(EPOCHS):  # each epoch reads every block once
+        read = in_order[epoch * per_epoch:(epoch + 1) * per_epoch]
+        assert len(set(read)) == len(read) == per_epoch
+
+
+def rows(count: int) -> list[dict]:
+    return [{"input_ids": np.full(4, i)} for i in range(count)]
+
+
+def evaluated(count: int, world: int, micro_batch: int, limit: int = 16) -> list[list[int]]:
+    """The block ids each rank evaluates."""
+    return [[int(r[0]) for batch in validation_share(rows(count), micro_batch, rank, world, limit)[0]
+             for r in batch["input_ids"]] for rank in range(world)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_every_validation_block_is_evaluated_exactly_once(count, world):
+    assert sorted(sum(evaluated(count, world, micro_batch=2), [])) == list(range(count))
+
+
+def test_one_block_on_two_workers_is_evaluated_by_the_first():
+    assert evaluated(1, world=2, micro_batch=4) == [[0], []]
+
+
+def test_three_blocks_on_two_workers_one_at_a_time_all_count():
+    assert evaluated(3, world=2, micro_batch=1) == [[0, 2], [1]]
+
+
+def test_the_limit_caps_each_workers_micro_batches_and_says_the_pass_is_not_whole():
+    assert evaluated(20, world=2, micro_batch=2, limit=2) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert validation_share(rows(20), 2, 0, 2, limit=2)[1] is False
+    assert validation_share(rows(8), 2, 0, 2, limit=2)[1] is True
+
+
+def test_evaluated_counts_read_blocks_documents_and_targets_from_the_block():
+    # Two documents in the first block (positions restart at 3), one in the second, then padding.
+    batch = {"labels": np.array([[5, 6, IGNORE_INDEX, 7, IGNORE_INDEX, IGNORE_INDEX],
+                                 [8, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX, IGNORE_INDEX]]),
+             "position_ids": np.array([[0, 1, 2, 0, 1, 0], [0, 1, 0, 1, 2, 3]]), "real_tokens": np.array([5, 2])}
+    padding_only = {"labels": np.full((1, 6), IGNORE_INDEX), "position_ids": np.arange(6)[None], "real_tokens": np.array([0])}
+    assert evaluated_counts([batch, padding_only]) == {"blocks": 2, "documents": 3, "targets": 4}

@@ -1,0 +1,161 @@
+"""The hang watchdog (training/watchdog.py): its allowances on a fake clock, and a real hang over gloo."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from training import watchdog
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_watchdog(bound_s: float = 60.0):
+    clock, fired = FakeClock(), []
+    return watchdog.Watchdog(bound_s, fired.append, clock=clock), clock, fired
+
+
+def test_the_bound_is_ten_planned_steps_or_the_60_s_floor():
+    assert watchdog.step_bound_s(2.1) == 60.0  # 10 x 2.1 s = 21 s, under the floor
+    assert watchdog.step_bound_s(7.5) == 75.0
+    assert watchdog.step_bound_s(None) == 60.0
+
+
+def test_the_first_step_gets_1800_s():
+    dog, clock, fired = fake_watchdog()
+    clock.now += 1799
+    assert not dog.check()
+    clock.now += 2
+    assert dog.check()
+    assert fired == ["no progress for 1801 s waiting for the first step (bound 1800 s)"]
+
+
+def test_a_later_step_gets_the_bound():
+    dog, clock, fired = fake_watchdog()
+    dog.step_done(3)
+    clock.now += 59
+    assert not dog.check()
+    clock.now += 2
+    assert dog.check()
+    assert fired == ["no progress for 61 s waiting for step 4 (bound 60 s)"]
+
+
+def test_a_completed_step_restarts_the_count():
+    dog, clock, fired = fake_watchdog()
+    dog.step_done(1)
+    clock.now += 50
+    dog.step_done(2)
+    clock.now += 50
+    assert not dog.check()
+
+
+def test_a_checkpoint_gets_1800_s_and_the_step_its_bound_after_it():
+    dog, clock, fired = fake_watchdog()
+    dog.step_done(4)
+    with dog.long_phase("checkpoint"):
+        clock.now += 1700
+        assert not dog.check()
+    clock.now += 59
+    assert not dog.check()
+    clock.now += 2
+    assert dog.check()
+
+
+def test_a_slow_data_source_is_no_hang():
+    dog, clock, fired = fake_watchdog()
+    dog.step_done(1)
+
+    def slow_batches():
+        clock.now += 600  # ten minutes for the next batch
+        yield "batch"
+
+    assert list(dog.waited(slow_batches())) == ["batch"]
+    assert not dog.check()
+
+
+def test_the_first_step_keeps_its_1800_s_after_its_data_arrives():
+    dog, clock, fired = fake_watchdog()
+    assert list(dog.waited(["batch"])) == ["batch"]
+    clock.now += 1700  # compilation and NCCL's first collectives
+    assert not dog.check()
+
+
+def test_it_fires_once():
+    dog, clock, fired = fake_watchdog()
+    clock.now += 5000
+    assert dog.check()
+    assert not dog.check()
+    assert len(fired) == 1
+
+
+def test_the_watch_finds_the_dump_folders_in_the_log():
+    lines = ["step 6/8 loss 2.1",
+             f"(RayTrainWorker pid=12) {watchdog.LINE_PREFIX} rank 1: no progress for 61 s waiting for step 7 (bound 60 s); "
+             "stacks and NCCL flight recorder in s3://b/runs/r/hang-dumps/20261205T230000Z/; exiting 75 so ...",
+             f"{watchdog.LINE_PREFIX} rank 0: no progress for 62 s waiting for step 7 (bound 60 s); "
+             "stacks and NCCL flight recorder in s3://b/runs/r/hang-dumps/20261205T230000Z/; exiting 75 so ..."]
+    assert watchdog.dump_folders(lines) == ["s3://b/runs/r/hang-dumps/20261205T230000Z"]
+
+
+BOUND_S = 2.0
+POLL_S = 0.2
+
+
+def _hang(rank: int, store: str, run: str) -> None:
+    """Both ranks finish one step; then rank 1 blocks before the next all-reduce and rank 0 waits in it."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    folder = f"{run}/{watchdog.DUMP_FOLDER}/attempt-1"
+    dog = watchdog.Watchdog(BOUND_S, lambda reason: watchdog.dump_and_exit(folder, rank, reason)).start(POLL_S)
+    dist.all_reduce(torch.ones(4))
+    dog.step_done(1)
+    with open(f"{run}/step-done.{rank}", "w") as file:
+        file.write(repr(time.time()))
+    if rank == 1:
+        time.sleep(60)
+    dist.all_reduce(torch.ones(4))
+    os._exit(0)
+
+
+def test_a_blocked_rank_makes_every_rank_dump_and_exit_75_within_the_bound(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_hang, args=(rank, str(tmp_path / "store"), str(tmp_path))) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=40)
+    exited = {rank: (process.exitcode, time.time()) for rank, process in enumerate(processes)}
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    assert [code for code, _ in exited.values()] == [watchdog.EXIT_CODE, watchdog.EXIT_CODE]
+    folder = tmp_path / watchdog.DUMP_FOLDER / "attempt-1"
+    assert sorted(p.name for p in folder.iterdir()) == ["rank0-stacks.txt", "rank1-stacks.txt"]
+    # Each stack shows where its rank stood: rank 0 in the collective, rank 1 in its sleep.
+    assert "in _hang" in (folder / "rank0-stacks.txt").read_text()
+    assert (folder / "rank1-stacks.txt").read_text().startswith("rank 1: no progress for 2 s waiting for step 2 (bound 2 s)")
+    for rank in (0, 1):
+        stacks = (folder / f"rank{rank}-stacks.txt").read_text()
+        assert 'File "' in stacks
+        written = (folder / f"rank{rank}-stacks.txt").stat().st_mtime
+        step_done = float((tmp_path / f"step-done.{rank}").read_text())
+        fired_after = written - step_done
+        print(f"rank {rank}: dumped {fired_after:.2f} s after its last step (bound {BOUND_S} s, poll {POLL_S} s)")
+        assert BOUND_S <= fired_after <= BOUND_S + POLL_S + 3.0  # 3 s: a loaded 2-core machine wakes threads late
+
+
+def test_every_worker_keeps_nccl_s_flight_recorder():
+    """PyTorch records collectives for the flight recorder only when TORCH_NCCL_TRACE_BUFFER_SIZE is above 0."""
+    from training.config import TrainConfig
+    from training.train import worker_env
+
+    assert worker_env(TrainConfig())["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
