@@ -25,7 +25,7 @@ KEY_PREFIX = "model-config:"
 # What the planner and the trainer's family checks read; the rest of config.json stays out of the cache.
 CACHED_FIELDS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
                  "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings",
-                 "attention_bias", "mlp_bias", "use_qkv_bias", "qk_layernorm", "use_qk_norm", "use_parallel_residual",
+                 "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias", "qk_layernorm", "use_qk_norm", "use_parallel_residual",
                  "max_position_embeddings", "logit_scale", "logits_scaling", "final_logit_softcapping")
 HOW_TO_GIVE_IT = ("give a local folder holding config.json, or run the synth once with network access (and AWS "
                   "credentials for s3://) so it is cached in cdk.context.json")
