@@ -26,7 +26,8 @@ POLL_S = 1.0
 DUMP_FOLDER = "hang-dumps"
 LINE_PREFIX = "hang watchdog:"
 # The flight recorder keeps the last 2,000 collectives of each process group (PyTorch's flight recorder docs).
-WORKER_ENV = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+# TORCH_FR_BUFFER_SIZE is torch 2.13's name; the older TORCH_NCCL_TRACE_BUFFER_SIZE still works but warns in every worker.
+WORKER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000"}
 # Test-only: the last rank blocks forever at this step, once per run; and a floor below 60 s for a test's time.
 HANG_AT_STEP_ENV = "TRAINER_TEST_HANG_AT_STEP"
 FLOOR_ENV = "TRAINER_TEST_WATCHDOG_FLOOR_S"

@@ -153,9 +153,29 @@ def test_a_blocked_rank_makes_every_rank_dump_and_exit_75_within_the_bound(tmp_p
         assert BOUND_S <= fired_after <= BOUND_S + POLL_S + 3.0  # 3 s: a loaded 2-core machine wakes threads late
 
 
-def test_every_worker_keeps_nccl_s_flight_recorder():
-    """PyTorch records collectives for the flight recorder only when TORCH_NCCL_TRACE_BUFFER_SIZE is above 0."""
+FLIGHT_RECORDER_PROBE = """
+import pickle, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{store}", rank=0, world_size=1)
+dist.all_reduce(torch.ones(3))
+print(len(pickle.loads(torch._C._distributed_c10d._dump_fr_trace())["entries"]))
+"""
+
+
+def test_every_worker_keeps_the_flight_recorder_under_torchs_own_setting_name(tmp_path):
+    """The buffer-size setting, passed to a real process group as the workers get it: torch 2.13 records the
+    collective and does not warn that the name is deprecated (it warns for TORCH_NCCL_TRACE_BUFFER_SIZE)."""
+    import subprocess
+    import sys
+
     from training.config import TrainConfig
     from training.train import worker_env
 
-    assert worker_env(TrainConfig())["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
+    env = worker_env(TrainConfig())
+    flight_recorder = {k: v for k, v in env.items() if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_"))}
+    done = subprocess.run([sys.executable, "-c", FLIGHT_RECORDER_PROBE.format(store=tmp_path / "store")],
+                          env=clean | flight_recorder, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+    assert "deprecated" not in done.stderr, done.stderr
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000"
