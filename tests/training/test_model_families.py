@@ -161,3 +161,13 @@ def test_an_attention_kernel_the_family_lacks_is_refused_before_the_model_is_bui
     AutoConfig.for_model(family, **SHAPE, **FAMILIES[family]).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=rf"^--attention: {family} models have no {attention} attention in transformers"):
         model_config(TrainConfig(model=str(tmp_path), attention=attention))
+
+
+def test_the_driver_refuses_an_attention_kernel_a_local_model_lacks_before_ray_starts(tmp_path):
+    from transformers import AutoConfig
+
+    from training.inputs import check_inputs
+
+    AutoConfig.for_model("stablelm", **SHAPE).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=r"^--attention: stablelm models have no flex attention in transformers"):
+        check_inputs(TrainConfig(model=str(tmp_path), seq_len=16, attention="flex"))
