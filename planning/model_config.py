@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -25,7 +26,7 @@ KEY_PREFIX = "model-config:"
 # What the planner and the trainer's family checks read; the rest of config.json stays out of the cache.
 CACHED_FIELDS = ("architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
                  "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "tie_word_embeddings",
-                 "attention_bias", "mlp_bias", "use_qkv_bias", "qk_layernorm", "use_qk_norm", "use_parallel_residual",
+                 "attention_bias", "mlp_bias", "use_bias", "use_qkv_bias", "qk_layernorm", "use_qk_norm", "use_parallel_residual",
                  "max_position_embeddings", "logit_scale", "logits_scaling", "final_logit_softcapping")
 HOW_TO_GIVE_IT = ("give a local folder holding config.json, or run the synth once with network access (and AWS "
                   "credentials for s3://) so it is cached in cdk.context.json")
@@ -43,13 +44,35 @@ def shape_fields(config: dict) -> dict:
     return {k: config[k] for k in CACHED_FIELDS if k in config}
 
 
+def hub_token() -> str | None:
+    """The user's Hub token where huggingface_hub looks for it (utils/_auth.py get_token; the synth runs without
+    that package): HF_TOKEN, then HUGGING_FACE_HUB_TOKEN, then the file `hf auth login` writes, HF_TOKEN_PATH or
+    $HF_HOME/token (HF_HOME: $XDG_CACHE_HOME/huggingface, by default ~/.cache/huggingface)."""
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if not token:
+        home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface")
+        path = Path(os.path.expandvars(os.path.expanduser(os.environ.get("HF_TOKEN_PATH") or os.path.join(home, "token"))))
+        try:
+            token = path.read_text()
+        except OSError:  # not logged in
+            return None
+    return token.replace("\r", "").replace("\n", "").strip() or None
+
+
+def hub_config_url(model: str, revision: str | None) -> str:
+    """config.json's URL on the Hub (huggingface_hub's hf_hub_url: the revision quoted whole, so refs/pr/1 is one part)."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    return f"{endpoint}/{model}/resolve/{urllib.parse.quote(revision or 'main', safe='')}/config.json"
+
+
 def _fetch_hub(model: str, revision: str | None) -> dict:
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise OSError("HF_HUB_OFFLINE is set")
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    request = urllib.request.Request(f"{endpoint}/{model}/resolve/{revision or 'main'}/config.json")
-    if os.environ.get("HF_TOKEN"):
-        request.add_header("Authorization", f"Bearer {os.environ['HF_TOKEN']}")
+    request = urllib.request.Request(hub_config_url(model, revision))
+    token = hub_token()
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 

@@ -34,6 +34,10 @@ def check_inputs(c: TrainConfig) -> None:
         refusal = supported_architecture(json.loads((folder / "config.json").read_text()))
         if refusal:
             raise ConfigError(f"--model: {refusal}")
+        if c.attention != "auto":  # a kernel the model's class lacks (training.model.check_attention)
+            from training.model import model_config
+
+            model_config(c)
     if c.model.startswith("s3://"):
         _check_s3("--model", c.model.rstrip("/") + "/config.json")
     elif c.lora_rank and HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here

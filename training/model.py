@@ -84,6 +84,7 @@ def model_config(cfg: TrainConfig):
     config = builtin_config(cfg.model) or AutoConfig.from_pretrained(local_model_path(cfg.model, cfg.cache_dir),
                                                                      cache_dir=cfg.cache_dir, revision=cfg.model_revision)
     check_architecture(config)
+    check_attention(cfg, config)
     return config
 
 
@@ -223,21 +224,36 @@ def with_adapters(state: dict[str, torch.Tensor], cfg: TrainConfig, config) -> d
 def attention_kernel(cfg: TrainConfig, device: torch.device, config=None) -> str:
     """transformers' attention implementation. auto: flex attention for real data on GPU, where packed
     documents make SDPA fall back to a masked kernel (-21% tokens/s at 8 x 4096 on H200, while flex
-    runs +7% faster than plain causal SDPA: docs/benchmarks.md); SDPA for synthetic data and on CPU, or
-    eager for a model whose class refuses SDPA (Gemma 2: SDPA has no attention soft cap)."""
+    runs +7% faster than plain causal SDPA: docs/benchmarks.md); SDPA for synthetic data and on CPU. A kernel
+    the model's class refuses is skipped (StableLM has no flex attention; Gemma 2 no SDPA, which has no
+    attention soft cap): then SDPA, then eager."""
     from training.config import SYNTHETIC_DATA
 
     if cfg.attention == "auto":
-        if device.type == "cuda" and cfg.data not in SYNTHETIC_DATA:
-            return "flex_attention"
-        return "sdpa" if config is None or _supports_sdpa(config) else "eager"
+        preferred = ("flex_attention",) if device.type == "cuda" and cfg.data not in SYNTHETIC_DATA else ()
+        for kernel in (*preferred, "sdpa"):
+            if config is None or supports_kernel(config, kernel):
+                return kernel
+        return "eager"
     return ATTENTIONS[cfg.attention]
 
 
-def _supports_sdpa(config) -> bool:
+# The class attribute by which transformers 5.23 refuses a kernel (modeling_utils: _check_and_adjust_attn_implementation).
+_KERNEL_SUPPORT = {"sdpa": "_supports_sdpa", "flex_attention": "_supports_flex_attn"}
+
+
+def supports_kernel(config, kernel: str) -> bool:
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM._model_mapping[type(config)]._supports_sdpa
+    return bool(getattr(AutoModelForCausalLM._model_mapping[type(config)], _KERNEL_SUPPORT[kernel], True))
+
+
+def check_attention(cfg: TrainConfig, config) -> None:
+    """ConfigError (one line, naming --attention) when the chosen kernel is one the model's class refuses."""
+    kernel = ATTENTIONS.get(cfg.attention)
+    if kernel and not supports_kernel(config, kernel):
+        raise ConfigError(f"--attention: {config.model_type} models have no {cfg.attention} attention in transformers; "
+                          f"use auto (it picks one they have)")
 
 
 def checkpointed_layers(layers: int, recomputation: str) -> list[int]:

@@ -23,10 +23,13 @@ FLOOR_S = 60.0
 LONG_S = 1800.0
 """The first step (NCCL setup, compilation, the first data), checkpoints, evaluation and data waits."""
 POLL_S = 1.0
+EXIT_GRACE_S = 10.0
+"""How long a rank waits after its dump before it exits, so that its peers' dumps are written (dump_and_exit)."""
 DUMP_FOLDER = "hang-dumps"
 LINE_PREFIX = "hang watchdog:"
 # The flight recorder keeps the last 2,000 collectives of each process group (PyTorch's flight recorder docs).
-WORKER_ENV = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+# TORCH_FR_BUFFER_SIZE is torch 2.13's name; the older TORCH_NCCL_TRACE_BUFFER_SIZE still works but warns in every worker.
+WORKER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000"}
 # Test-only: the last rank blocks forever at this step, once per run; and a floor below 60 s for a test's time.
 HANG_AT_STEP_ENV = "TRAINER_TEST_HANG_AT_STEP"
 FLOOR_ENV = "TRAINER_TEST_WATCHDOG_FLOOR_S"
@@ -113,14 +116,17 @@ def python_stacks() -> str:
         return file.read()
 
 
-def nccl_trace() -> bytes | None:
-    """The NCCL flight recorder's pickled trace, or None where the group is not NCCL."""
+def flight_recorder_trace() -> tuple[str, bytes] | None:
+    """(backend, its flight recorder's pickled trace) of the default process group, or None without one. NCCL's
+    recorder is dumped by _dump_nccl_trace (NCCL builds of torch); torch 2.13's _dump_fr_trace dumps gloo's."""
     import torch
     import torch.distributed as dist  # here: the watch imports this module without torch
 
-    if not dist.is_initialized() or dist.get_backend() != "nccl":
+    if not dist.is_initialized():
         return None
-    return torch._C._distributed_c10d._dump_nccl_trace()
+    backend = "nccl" if "nccl" in dist.get_backend() else dist.get_backend()  # "cpu:gloo,cuda:nccl" is NCCL's
+    dump_trace = getattr(torch._C._distributed_c10d, "_dump_nccl_trace" if backend == "nccl" else "_dump_fr_trace", None)
+    return None if dump_trace is None else (backend, dump_trace())
 
 
 def dump(folder: str, rank: int, reason: str) -> list[str]:
@@ -129,29 +135,34 @@ def dump(folder: str, rank: int, reason: str) -> list[str]:
 
     written = [f"{folder}/rank{rank}-stacks.txt"]
     write_text(written[0], f"rank {rank}: {reason}\n\n{python_stacks()}")
-    trace = nccl_trace()
+    trace = flight_recorder_trace()
     if trace is not None:
-        written.append(f"{folder}/rank{rank}-nccl-trace.pkl")
-        write_bytes(written[1], trace)
+        backend, pickled = trace
+        written.append(f"{folder}/rank{rank}-{backend}-trace.pkl")
+        write_bytes(written[1], pickled)
     return written
 
 
-def dump_and_exit(folder: str, rank: int, reason: str, exit=os._exit) -> None:
+def dump_and_exit(folder: str, rank: int, reason: str, exit=os._exit, grace_s: float = EXIT_GRACE_S) -> None:
     """The on_hang of a run: dump, say where, and end the process (the hung collective never returns,
-    so nothing short of ending the process frees the rank)."""
+    so nothing short of ending the process frees the rank). The exit waits grace_s after the dump: every rank's
+    watchdog fires at about the same time, and a rank that exits breaks its peers' collectives, which end their
+    processes (an exception or an abort) and, without the wait, cut off dumps still being written."""
     try:
         dump(folder, rank, reason)
     finally:
         print(f"{LINE_PREFIX} rank {rank}: {reason}; stacks and NCCL flight recorder in {folder}/; exiting "
               f"{EXIT_CODE} so the attempt restarts from the last checkpoint", flush=True)
+        time.sleep(grace_s)
         exit(EXIT_CODE)
 
 
 def for_run(run_uri: str, attempt: str, rank: int, predicted_step_s: float | None) -> Watchdog:
     """A started watchdog for one attempt of a run."""
     folder = f"{run_uri}/{DUMP_FOLDER}/{attempt}"
-    return Watchdog(step_bound_s(predicted_step_s, floor_s()),
-                    lambda reason: dump_and_exit(folder, rank, reason)).start()
+    bound_s = step_bound_s(predicted_step_s, floor_s())
+    grace_s = min(EXIT_GRACE_S, bound_s)  # a test's short floor keeps its wait short too
+    return Watchdog(bound_s, lambda reason: dump_and_exit(folder, rank, reason, grace_s=grace_s)).start()
 
 
 def maybe_hang(step: int, rank: int, world: int, run_uri: str) -> None:

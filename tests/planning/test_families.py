@@ -45,6 +45,17 @@ def test_counts_what_transformers_builds(model_type, extra):
     assert {k: counted[k] for k in built} == built
 
 
+@pytest.mark.parametrize(("model_type", "extra"), CASES, ids=[f"{t}-{'-'.join(e) or 'default'}" for t, e in CASES])
+def test_counts_what_transformers_builds_from_the_cached_fields(model_type, extra):
+    # A hub model is counted from the fields cached in cdk.context.json, not from its whole config.json:
+    # every flag a family reads must survive the cache (StarCoder2's use_bias did not).
+    from planning.model_config import shape_fields
+
+    config, built = reference(model_type, extra)
+    counted = count_shape(shape_fields(config))
+    assert {k: counted[k] for k in built} == built
+
+
 def test_published_sizes():
     # Qwen2.5-1.5B's config.json (hub, revision main): 1,543,714,304 parameters as its model card states.
     qwen = {"model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "num_attention_heads": 12,

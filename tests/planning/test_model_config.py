@@ -131,3 +131,55 @@ def test_another_hub_model_is_counted_from_its_cached_config(no_network):
     shape, new = model_shape("meta-llama/Llama-3.2-1B", "4e20de3", {"model-config:meta-llama/Llama-3.2-1B@4e20de3": llama},
                              unreachable)
     assert (shape.params, shape.layers, shape.heads, shape.head_dim, new) == (1_235_814_400, 16, 32, 64, {})
+
+
+def hub_request_headers(monkeypatch, revision=None) -> dict:
+    """The headers _fetch_hub sends, captured instead of a connection."""
+    import io
+    import urllib.request
+
+    from planning import model_config
+
+    sent = {}
+
+    def urlopen(request, timeout):
+        sent.update(url=request.full_url, headers=dict(request.header_items()))
+        return io.BytesIO(json.dumps(LLAMA).encode())
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    model_config._fetch_hub("meta-llama/Llama-3.2-1B", revision)
+    return sent
+
+
+def test_a_hub_login_token_is_sent_for_gated_models(monkeypatch, tmp_path):
+    # `hf auth login` writes the token to $HF_HOME/token; huggingface_hub's get_token reads it when HF_TOKEN is unset.
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    (tmp_path / "token").write_text("hf_fromlogin\n")
+    assert hub_request_headers(monkeypatch)["headers"]["Authorization"] == "Bearer hf_fromlogin"
+
+
+def test_hf_token_wins_over_the_login_file(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    (tmp_path / "token").write_text("hf_fromlogin")
+    monkeypatch.setenv("HF_TOKEN", "hf_fromenv")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert hub_request_headers(monkeypatch)["headers"]["Authorization"] == "Bearer hf_fromenv"
+
+
+def test_no_token_sends_no_authorization(monkeypatch, tmp_path):
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert "Authorization" not in hub_request_headers(monkeypatch)["headers"]
+
+
+@pytest.mark.parametrize("revision", ["main", "0123abc", "refs/pr/1", "v1.0"])
+def test_the_config_url_is_huggingface_hubs(monkeypatch, revision):
+    from huggingface_hub import hf_hub_url  # the reference: the URL huggingface_hub itself downloads config.json from
+
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    expected = hf_hub_url("meta-llama/Llama-3.2-1B", "config.json", revision=revision)
+    assert hub_request_headers(monkeypatch, revision)["url"] == expected

@@ -137,3 +137,37 @@ def test_the_driver_refuses_a_local_model_of_another_family_before_ray_starts(tm
     AutoConfig.for_model("mixtral", **SHAPE).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match=r"^--model: the model's architecture 'mixtral' is not one"):
         check_inputs(TrainConfig(model=str(tmp_path), seq_len=16))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_auto_attention_on_gpu_picks_a_kernel_transformers_builds_the_family_with(family):
+    # transformers refuses a kernel whose class lacks it, at build (StableLM: no flex attention; Gemma 2: no SDPA).
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from training.model import attention_kernel
+
+    config = AutoConfig.for_model(family, **SHAPE, **FAMILIES[family])
+    kernel = attention_kernel(TrainConfig(model="o/m", data="/d/chat.jsonl"), torch.device("cuda"), config)
+    with torch.device("meta"):
+        AutoModelForCausalLM.from_config(config, attn_implementation=kernel)
+
+
+@pytest.mark.parametrize(("family", "attention"), [("stablelm", "flex"), ("gemma2", "sdpa")])
+def test_an_attention_kernel_the_family_lacks_is_refused_before_the_model_is_built(family, attention, tmp_path):
+    from transformers import AutoConfig
+
+    from training.model import model_config
+
+    AutoConfig.for_model(family, **SHAPE, **FAMILIES[family]).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=rf"^--attention: {family} models have no {attention} attention in transformers"):
+        model_config(TrainConfig(model=str(tmp_path), attention=attention))
+
+
+def test_the_driver_refuses_an_attention_kernel_a_local_model_lacks_before_ray_starts(tmp_path):
+    from transformers import AutoConfig
+
+    from training.inputs import check_inputs
+
+    AutoConfig.for_model("stablelm", **SHAPE).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match=r"^--attention: stablelm models have no flex attention in transformers"):
+        check_inputs(TrainConfig(model=str(tmp_path), seq_len=16, attention="flex"))
