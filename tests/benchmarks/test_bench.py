@@ -12,6 +12,7 @@ import torch
 from benchmarks import bench, levers, report, suites, worker
 from training.config import GPU_PROFILES, ConfigError, parse_args
 from training.metrics import model_flops_per_token
+from tests.process_group import spawn
 
 QWEN_1_5B_PARAMS = 1_543_714_304  # Qwen2.5-1.5B's published count (tied embedding counted once)
 
@@ -404,10 +405,9 @@ def test_a_case_leaves_nothing_behind_for_the_next_one(tmp_path):
     """The case's model is freed when run_case returns, with no automatic collection: the step closure holds it
     and FSDP's hooks make cycles, so a collection run before the closure is dropped kept the whole case alive
     (on a GPU, every case after a group's first showed the previous case's weights in its peak memory)."""
-    import torch.multiprocessing as mp
-
+    
     out = tmp_path / "case.pt"
-    mp.spawn(_case_then_collector, args=(str(tmp_path / "store"), str(out)), nprocs=1)
+    spawn(_case_then_collector, args=(str(tmp_path / "store"), str(out)), nprocs=1)
     result = torch.load(out)
     assert result["error"] is None and result["timed"] == 1
     assert result["alive"] is False
@@ -440,10 +440,9 @@ def _communication_levers_configure(rank: int, store: str, out: str) -> None:
 def test_each_communication_lever_configures_every_fsdp_unit_the_trainer_makes(tmp_path):
     """symmetric-memory: sum-only reductions and symmetric memory on each decoder layer and the root;
     process-group-memory: sum-only reductions and NCCL's allocator on the same units."""
-    import torch.multiprocessing as mp
-
+    
     out = tmp_path / "calls.pt"
-    mp.spawn(_communication_levers_configure, args=(str(tmp_path / "store"), str(out)), nprocs=1)
+    spawn(_communication_levers_configure, args=(str(tmp_path / "store"), str(out)), nprocs=1)
     calls = torch.load(out)
     units = sorted(["CausalLMWithLoss"] + ["Qwen2DecoderLayer"] * calls["layers"])
     assert calls["layers"] >= 2

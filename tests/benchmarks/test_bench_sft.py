@@ -7,10 +7,10 @@ import math
 import types
 
 import torch
-import torch.multiprocessing as mp
 
 from benchmarks import bench_sft
 from training.config import TrainConfig, validate
+from tests.process_group import spawn
 
 TINY_VOCAB = 512
 
@@ -31,7 +31,7 @@ def test_time_training_reports_the_steps_loss_and_rates(tmp_path):
     """The row masking() prints: a positive step time and rates, and the last step's loss, which on random tokens
     is about ln(vocabulary) (a NameError here once turned every masking row into an error)."""
     out = tmp_path / "row.pt"
-    mp.spawn(_time_packed, args=(str(tmp_path / "store"), str(out)), nprocs=1)
+    spawn(_time_packed, args=(str(tmp_path / "store"), str(out)), nprocs=1)
     row = torch.load(out)
     assert row["step_time_s"] > 0 and row["tokens_per_s_per_gpu"] > 0 and row["tflops_per_gpu"] > 0
     assert abs(row["final_loss"] - math.log(TINY_VOCAB)) < 0.5

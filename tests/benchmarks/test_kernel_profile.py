@@ -7,6 +7,7 @@ import json
 import pytest
 
 from benchmarks.kernel_profile import STEP_LABEL, communication_overlap, kernel_class, main, shares, split_trace
+from tests.process_group import spawn
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -214,13 +215,12 @@ def _profile_rank(rank: int, world: int, port: int, out: str) -> None:
 def test_under_torchrun_every_rank_steps_and_rank_0_alone_writes_the_two_rank_profile(tmp_path):
     """Two gloo ranks (torchrun's environment): the FSDP step shards over both (its collectives would hang
     otherwise), and only rank 0's folder gets the profile, which names its world size."""
-    import torch.multiprocessing as mp
-
+    
     from benchmarks.kernel_profile import _free_port
 
     for rank in (0, 1):
         (tmp_path / f"rank{rank}").mkdir()
-    mp.spawn(_profile_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    spawn(_profile_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2)
     written = json.loads((tmp_path / "rank0" / "kernel-profile.json").read_text())
     assert written["world_size"] == 2 and written["shapes"][0]["world_size"] == 2
     assert written["shapes"][0]["step_s"] > 0

@@ -11,14 +11,13 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training import checkpoint as ckpt
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import make_optimizer, train_step
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 BACKENDS = ["gloo"] + (["nccl"] if torch.cuda.device_count() >= 2 else [])
 
@@ -66,7 +65,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_resume_from_a_sharded_checkpoint(backend, tmp_path):
     out = tmp_path / "result.pt"
-    mp.spawn(_run, args=(2, backend, _free_port(), str(tmp_path), str(out)), nprocs=2)
+    spawn(_run, args=(2, backend, _free_port(), str(tmp_path), str(out)), nprocs=2)
     result = torch.load(out)
     assert (result["step"], result["position"]) == (2, 8)  # 2 steps x 2 workers x 2 sequences
     # Same weights, optimizer state and data position: the same next losses. On GPU, bf16

@@ -16,12 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training.config import TrainConfig
 from training.export import ExportError, hf_weights, main
 from training.model import builtin_config
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 PROBE = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 300, 2]])
@@ -77,7 +76,7 @@ def exported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("export")
     model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
     (tmp / "model" / "generation_config.json").write_text(json.dumps(GENERATION))
-    mp.spawn(_train_and_export, args=(2, _free_port(), model, str(tmp / "run"), str(tmp / "live"), str(tmp / "logits.pt")),
+    spawn(_train_and_export, args=(2, _free_port(), model, str(tmp / "run"), str(tmp / "live"), str(tmp / "logits.pt")),
              nprocs=2)
     assert main([str(tmp / "run")]) == 0
     return tmp

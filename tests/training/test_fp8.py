@@ -161,7 +161,7 @@ def _runs(rank: int, store: str, out: str) -> None:
     from training import fp8, model as model_module
     from training.data import synthetic_batches
     from training.step import make_optimizer
-    from tests.process_group import leave
+    from tests.process_group import leave, spawn
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     device, results = torch.device("cpu"), {}
@@ -178,10 +178,9 @@ def _runs(rank: int, store: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    import torch.multiprocessing as mp
-
+    
     folder = tmp_path_factory.mktemp("fp8-steps")
-    mp.spawn(_runs, args=(str(folder / "store"), str(folder / "runs.pt")), nprocs=1)
+    spawn(_runs, args=(str(folder / "store"), str(folder / "runs.pt")), nprocs=1)
     return torch.load(folder / "runs.pt")
 
 

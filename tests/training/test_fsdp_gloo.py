@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import make_optimizer, train_step
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 
 def _run(rank: int, world: int, micro_batch: int, store: str, out: str, keep_gathered: bool = False) -> None:
@@ -37,7 +36,7 @@ def _run(rank: int, world: int, micro_batch: int, store: str, out: str, keep_gat
 
 def run(world: int, micro_batch: int, tmp_path, keep_gathered: bool = False) -> dict:
     out = tmp_path / f"w{world}-{keep_gathered}.pt"
-    mp.spawn(_run, args=(world, micro_batch, str(tmp_path / f"store{world}-{keep_gathered}"), str(out), keep_gathered),
+    spawn(_run, args=(world, micro_batch, str(tmp_path / f"store{world}-{keep_gathered}"), str(out), keep_gathered),
              nprocs=world)
     return torch.load(out)
 

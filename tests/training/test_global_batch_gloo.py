@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training.config import TrainConfig, validate
 from training.data import synthetic_batches
 from training.metrics import DataCounts
 from training.model import build_model
 from training.step import make_optimizer, train_step
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 SEQ_LEN, BATCH_TOKENS = 32, 128  # 4 sequences per step: 1 worker x 4 micro-batches, 2 x 2, 4 x 1
 
@@ -39,7 +38,7 @@ def _run(rank: int, world: int, store: str, out: str) -> None:
 
 def run(world: int, tmp_path) -> dict:
     out = tmp_path / f"w{world}.pt"
-    mp.spawn(_run, args=(world, str(tmp_path / f"store{world}"), str(out)), nprocs=world)
+    spawn(_run, args=(world, str(tmp_path / f"store{world}"), str(out)), nprocs=world)
     return torch.load(out)
 
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training.data import synthetic_batches
 from training.model import CausalLMWithLoss, apply_fsdp, builtin_config
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 MICRO_BATCHES = 16
 
@@ -59,7 +58,7 @@ def _worker(rank: int, store: str, reduce_dtype: str, out: str) -> None:
 @pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
 def test_sixteen_micro_batches_sum_in_fp32(reduce_dtype, tmp_path):
     out = tmp_path / "result.pt"
-    mp.spawn(_worker, args=(str(tmp_path / "store"), reduce_dtype, str(out)), nprocs=1, join=True)
+    spawn(_worker, args=(str(tmp_path / "store"), reduce_dtype, str(out)), nprocs=1, join=True)
     error = torch.load(out)["error"]
     # fp32 sums of 16 terms: ~1e-7 relative. A bf16 running sum (8 bits of mantissa) is ~1e-3 off.
     assert error < 1e-5, f"accumulated gradient is {error:.2e} off the float64 sum of the micro-batch gradients"
@@ -89,7 +88,7 @@ def _wire_worker(rank: int, store: str, out: str) -> None:
 def test_a_bf16_wire_rounds_the_reduce_scatter_once_and_keeps_its_mean(tmp_path):
     """Two ranks, so FSDP2 really calls the reduce-scatter (one rank only copies)."""
     out = tmp_path / "wire.pt"
-    mp.spawn(_wire_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2, join=True)
+    spawn(_wire_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2, join=True)
     error = torch.load(out)["error"]
     # bf16 keeps 8 significant bits: one rounding of each operand and of the sum is ~2^-9 = 2e-3 relative.
     # 0 would mean nothing went through bf16; a lost average (sum instead of mean) would be 100% off.
@@ -124,7 +123,7 @@ def test_one_micro_batch_reduces_bf16_natively_to_the_same_sums_as_the_wire_cast
     """Two implementations of one bf16 reduction must agree bit for bit: FSDP2's own bf16 reduce-scatter
     (grad_accum 1) and the custom one that widens to fp32 and rounds to bf16 for the wire."""
     out = tmp_path / "single.pt"
-    mp.spawn(_single_micro_batch_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2, join=True)
+    spawn(_single_micro_batch_worker, args=(str(tmp_path / "store"), str(out)), nprocs=2, join=True)
     result = torch.load(out)
     assert result["equal"] and result["norm"] > 0
     assert result["dtypes"] == {torch.float32}  # the sharded gradient the optimizer sees stays fp32
@@ -184,7 +183,7 @@ def test_one_micro_batch_keeps_the_custom_wire_on_a_hybrid_mesh(tmp_path):
     over replicas would be rounded to bf16 (exact only for a power-of-two replica count): hybrid keeps the fp32
     reduction with the custom bf16 wire; a flat mesh reduces in bf16 natively."""
     out = tmp_path / "choice.pt"
-    mp.spawn(_wire_choice_worker, args=(str(tmp_path / "store"), str(out)), nprocs=1, join=True)
+    spawn(_wire_choice_worker, args=(str(tmp_path / "store"), str(out)), nprocs=1, join=True)
     result = torch.load(out)
     assert result["flat"] == (torch.bfloat16, False)
     assert result["hybrid"] == (torch.float32, True)

@@ -13,14 +13,13 @@ import functools
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training import checkpoint as ckpt
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model, device_mesh
 from training.step import make_optimizer, train_step
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 STEPS, GRAD_ACCUM, GLOBAL_BATCH = 3, 2, 4
 # The functions torch.distributed offers for each kind; FSDP2 calls the *_single ones in torch 2.13.
@@ -83,7 +82,7 @@ def _worker(rank: int, world: int, sharding: str, per_node: int, store: str, out
 
 def run(tmp_path, name: str, world: int, sharding: str = "full", per_node: int = 2, load_from=None, save_to=None) -> dict:
     out = tmp_path / f"{name}.pt"
-    mp.spawn(_worker, args=(world, sharding, per_node, str(tmp_path / f"store-{name}"), str(out),
+    spawn(_worker, args=(world, sharding, per_node, str(tmp_path / f"store-{name}"), str(out),
                             str(load_from) if load_from else None, str(save_to) if save_to else None), nprocs=world)
     return torch.load(out)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training import train
 from training.config import TrainConfig
 from training.layout import LayoutError
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 # Six workers on two 4-GPU nodes: Ray places four on one node and two on the other.
 UNEVEN = ["node-a"] * 4 + ["node-b"] * 2
@@ -66,7 +65,7 @@ def _resume_worker(rank: int, store: str, out: str) -> None:
 
 def test_every_rank_resumes_from_rank_0s_choice(tmp_path):
     out = str(tmp_path / "choice")
-    mp.spawn(_resume_worker, args=(str(tmp_path / "store"), out), nprocs=2, join=True)
+    spawn(_resume_worker, args=(str(tmp_path / "store"), out), nprocs=2, join=True)
     results = [torch.load(f"{out}.{rank}") for rank in (0, 1)]
     assert [r["chosen"] for r in results] == ["checkpoint_000008", "checkpoint_000008"]
     assert [r["listed"] for r in results] == [[0], []]  # only rank 0 lists storage

@@ -12,10 +12,9 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training.config import TrainConfig
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 LORA = {"lora_rank": 4, "lora_alpha": 8.0, "lora_target_modules": "all-linear"}
 PROBE = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 300, 2]])
@@ -87,7 +86,7 @@ def _run(rank: int, world: int, port: int, folder: str) -> None:
 
 
 def run(world: int, folder) -> dict:
-    mp.spawn(_run, args=(world, _free_port(), str(folder)), nprocs=world)
+    spawn(_run, args=(world, _free_port(), str(folder)), nprocs=world)
     return torch.load(folder / "result.pt") | {"folder": folder}
 
 
@@ -189,7 +188,7 @@ def _dropout(rank: int, port: int, out: str) -> None:
 
 
 def test_validation_runs_without_adapter_dropout_and_training_resumes_with_it(tmp_path):
-    mp.spawn(_dropout, args=(_free_port(), str(tmp_path / "dropout.pt")), nprocs=1)
+    spawn(_dropout, args=(_free_port(), str(tmp_path / "dropout.pt")), nprocs=1)
     result = torch.load(tmp_path / "dropout.pt")
     assert result["training"][0] != result["training"][1]  # dropout is live in training...
     assert result["evaluated"][0] == result["evaluated"][1]  # ...and off in validation

@@ -17,20 +17,18 @@ x 32 tokens x 2^-24 = 2.3e-5. A resume one global batch off trains other sequenc
 
 from __future__ import annotations
 
-import multiprocessing
 import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training import checkpoint as ckpt
 from training.config import TrainConfig, validate
 from training.schedule import lr_at
 from training.step import train_step
 from training.train import global_batch_rows, prepare_training, train_batches
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 SEQ_LEN = 32
 GLOBAL_SEQUENCES = 4
@@ -66,9 +64,6 @@ def _worker(rank: int, world: int, port: int, cfg: TrainConfig, start: str | Non
     leave()  # a process that stops here after its checkpoint is the run killed at stop_at
 
 
-FORKSERVER_PRELOAD = ["torch", "peft", "transformers.models.qwen2.modeling_qwen2", __name__]
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -79,11 +74,8 @@ def run(tmp, name: str, cfg: TrainConfig, stop_at: int, start=None, save_at=None
         history: int = 0) -> dict:
     out = tmp / f"{name}.pt"
     save_to = str(tmp / f"{name}-checkpoint") if save_at else None
-    # Forked from a fork server that imported torch, transformers and peft once (a second a worker instead of ten),
-    # never from this process: a child forked after this process ran torch's OpenMP pool waits on it forever.
-    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
-    mp.start_processes(_worker, args=(cfg.workers, _free_port(), cfg, start and str(start), save_at, save_to, stop_at,
-                                      rows_shift, history, str(out)), nprocs=cfg.workers, start_method="forkserver")
+    spawn(_worker, args=(cfg.workers, _free_port(), cfg, start and str(start), save_at, save_to, stop_at, rows_shift,
+                         history, str(out)), nprocs=cfg.workers)
     return torch.load(out) | {"checkpoint": save_to}
 
 

@@ -7,13 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from training.config import TrainConfig
 from training.data import synthetic_batches
 from training.model import build_model
 from training.step import NonFiniteStep, evaluate, make_optimizer, on_host, skips_on_device, train_step
-from tests.process_group import leave
+from tests.process_group import leave, spawn
 
 
 def _run(rank: int, store: str, out: str, poison: bool) -> None:
@@ -40,7 +39,7 @@ def _run(rank: int, store: str, out: str, poison: bool) -> None:
 
 def run(tmp_path, poison: bool) -> dict:
     out = tmp_path / f"{poison}.pt"
-    mp.spawn(_run, args=(str(tmp_path / f"store-{poison}"), str(out), poison), nprocs=1)
+    spawn(_run, args=(str(tmp_path / f"store-{poison}"), str(out), poison), nprocs=1)
     return torch.load(out)
 
 
@@ -92,7 +91,7 @@ def _run_fused(rank: int, store: str, out: str, poison: bool) -> None:
 
 def run_fused(tmp_path, poison: bool) -> dict:
     out = tmp_path / f"fused-{poison}.pt"
-    mp.spawn(_run_fused, args=(str(tmp_path / f"store-fused-{poison}"), str(out), poison), nprocs=1)
+    spawn(_run_fused, args=(str(tmp_path / f"store-fused-{poison}"), str(out), poison), nprocs=1)
     return torch.load(out)
 
 
@@ -137,7 +136,7 @@ def test_an_infinite_loss_on_one_worker_stops_every_worker_before_the_update(tmp
     rank 0 would step and the replicas part ways: whether the host decides the update (plain SGD) or the
     device does (fused SGD, launched before the host has read the flag)."""
     out = str(tmp_path / "one-rank")
-    mp.spawn(_run_one_rank_infinite, args=(str(tmp_path / "store-one-rank"), out, fused), nprocs=2)
+    spawn(_run_one_rank_infinite, args=(str(tmp_path / "store-one-rank"), out, fused), nprocs=2)
     first, second = torch.load(f"{out}.0"), torch.load(f"{out}.1")
     assert first["error"].endswith("another worker's loss is not finite") and second["error"].startswith("loss inf")
     assert first["w"] == second["w"] == [1.0, 2.0]
@@ -348,7 +347,7 @@ def test_validation_over_two_workers_is_the_mean_over_all_their_targets_and_padd
     divides by its own count (16 / 4 = 4.0 and 9 / 2 = 4.5)."""
     import json
 
-    mp.spawn(_two_rank_evaluation, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    spawn(_two_rank_evaluation, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
     for rank in (0, 1):
         loss, count = json.loads((tmp_path / f"{rank}.json").read_text())
         assert (loss, count) == (pytest.approx(25 / 6), 6)
@@ -431,7 +430,7 @@ def _run_without_syncs(rank: int, store: str, out: str) -> None:
 @cuda
 def test_a_training_step_makes_no_blocking_read_of_the_gpu(tmp_path):
     out = tmp_path / "syncs.pt"
-    mp.spawn(_run_without_syncs, args=(str(tmp_path / "store-syncs"), str(out)), nprocs=1)
+    spawn(_run_without_syncs, args=(str(tmp_path / "store-syncs"), str(out)), nprocs=1)
     result = torch.load(out)
     assert "error" not in result, result.get("error")
     assert result["loss"] > 0
