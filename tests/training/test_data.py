@@ -174,13 +174,17 @@ def test_packed_documents_do_not_attend_to_each_other(model_folder):
     assert (leaking - alone).abs().max() > 1e-3
 
 
-# flex: what real data trains with on GPU (training.model.attention_kernel); its block mask is compiled (~20 s on CPU).
+# flex: what real data trains with on GPU (training.model.attention_kernel). Here it runs uncompiled: the same
+# block mask and attention, without Inductor's ~20 s of C++ compilation on the CPU.
 @pytest.mark.parametrize("attention", ["sdpa", "flex_attention"])
-def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model_folder, attention):
+def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model_folder, attention, monkeypatch):
+    from torch.nn.attention.flex_attention import flex_attention
     from transformers import AutoModelForCausalLM
+    from transformers.integrations.flex_attention import WrappedFlexAttention
 
     from training.model import CausalLMWithLoss
 
+    monkeypatch.setattr(WrappedFlexAttention, "__call__", lambda self: flex_attention)  # uncompiled
     lm = AutoModelForCausalLM.from_pretrained(model_folder, attn_implementation=attention).eval()
     packed, separate, unmasked = _two_documents_packed_and_apart(CausalLMWithLoss(lm, loss_chunk_tokens=5))
     torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)
