@@ -131,3 +131,22 @@ def test_another_hub_model_is_counted_from_its_cached_config(no_network):
     shape, new = model_shape("meta-llama/Llama-3.2-1B", "4e20de3", {"model-config:meta-llama/Llama-3.2-1B@4e20de3": llama},
                              unreachable)
     assert (shape.params, shape.layers, shape.heads, shape.head_dim, new) == (1_235_814_400, 16, 32, 64, {})
+
+
+def test_a_hub_revision_is_read_from_that_revision_s_config(monkeypatch):
+    # The Hub serves a file at a revision as {endpoint}/{repo}/resolve/{revision}/{file} (huggingface_hub's
+    # hf_hub_url); a pinned commit must not be sized from main's config.
+    import io
+    import urllib.request
+
+    asked = []
+
+    def urlopen(request, timeout):
+        asked.append(request.full_url)
+        return io.BytesIO(json.dumps(LLAMA).encode())
+
+    for name in ("HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    lookup("org/m", "0123abc", {})
+    assert asked == ["https://huggingface.co/org/m/resolve/0123abc/config.json"]
