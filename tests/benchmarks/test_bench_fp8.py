@@ -74,3 +74,28 @@ def test_parity_reports_the_bf16_repeat_as_the_noise_floor_first():
     fp8 = row("parity: fp8 tensorwise", precision="fp8", group="parity", losses=[4.0], val_loss=4.0)
     lines = report.parity_lines([fp8, again, base])
     assert [line.split(" against")[0] for line in lines] == ["parity: bf16, repeated", "parity: fp8 tensorwise"]
+
+
+def test_parity_fails_when_fp8_s_validation_loss_is_lower_by_more_than_half_a_percent():
+    # Issue 35's rule is a tolerance either side: 1.96 / 2.0 - 1 = -2.00% is no parity, though fp8 looks better.
+    base = row("parity: bf16", group="parity", losses=[10.0, 5.0, 2.0], val_loss=2.0)
+    fp8 = row("parity: fp8 tensorwise", precision="fp8", group="parity", losses=[10.0, 5.0, 2.0], val_loss=1.96)
+    (line,) = report.parity_lines([base, fp8])
+    assert "(-2.00%)" in line and line.endswith("parity fails (0.5% final, 2% a step)")
+
+
+def test_the_best_bf16_peer_is_the_fastest_of_several():
+    rows = [row("fp8", precision="fp8", tokens_per_s_per_gpu=60_000.0, tflops_per_gpu=600.0),
+            row("example peer", recipe="example", group="peer", tokens_per_s_per_gpu=40_000.0, tflops_per_gpu=400.0),
+            row("liger peer", recipe="liger", group="peer", tokens_per_s_per_gpu=48_000.0, tflops_per_gpu=480.0)]
+    _, speed = report.fp8_lines(rows, None, "NVIDIA H200")
+    # 60,000 / 48,000 = 1.25 (liger, the faster peer); the slower one would give 1.5.
+    assert speed == "fp8: 1.250x the best bf16 peer (liger peer)"
+
+
+def test_a_default_row_that_does_not_name_its_precision_is_the_bf16_default():
+    # Rows written before the precision setting existed leave it out; they ran in bf16, the trainer's default.
+    default = row("bf16", tokens_per_s_per_gpu=50_000.0, tflops_per_gpu=500.0)
+    del default["settings"]["precision"]
+    rows = [default, row("fp8", precision="fp8", tokens_per_s_per_gpu=60_000.0, tflops_per_gpu=600.0)]
+    assert report.fp8_lines(rows, None, "NVIDIA H200")[1:] == ["fp8: 1.200x the bf16 default"]

@@ -59,3 +59,12 @@ def test_the_gpu_nodes_user_data_gives_containerd_an_unlimited_memlock(template,
 
 def test_the_system_nodes_keep_the_amis_defaults(template):
     assert "UserData" not in _launch_template_of(template, "system")
+
+
+def test_the_gpu_nodes_user_data_is_mime_that_parses_without_defects(template):
+    # RFC 2046 5.1.1: a multipart body ends with the close-delimiter "--boundary--"; Python's parser records a
+    # CloseBoundaryNotFoundDefect (or any other malformation) where cloud-init's parser may drop the part.
+    user_data = base64.b64decode(_launch_template_of(template, "gpu-worker")["UserData"])
+    message = email.message_from_bytes(user_data)
+    assert [(part.get_content_type(), part.defects) for part in message.walk()] == [
+        ("multipart/mixed", []), ("text/x-shellscript", [])]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tools.report import ReportError, load_run, main, render_png, report, text_summary
+from tools.report import ReportError, load_run, main, render_png, report, resilience_lines, text_summary
 
 
 def records(steps: int = 20, with_validation: bool = True) -> list[dict]:
@@ -83,3 +83,12 @@ def test_a_run_in_s3_is_read_with_the_callers_credentials(tmp_path, monkeypatch)
         assert lines[-1] == "report: reports/ft-1.png" and (tmp_path / "reports" / "ft-1.png").is_file()
         with pytest.raises(ReportError, match=r"cannot read s3://nope/runs/x/metrics.jsonl: .*NoSuchBucket"):
             load_run("s3://nope/runs/x")
+
+
+def test_the_report_puts_the_measured_link_beside_the_plan_and_the_bill_beside_the_estimate():
+    summary = {"health": {"gate_s": 4.2, "predicted_link_gbps": 5.0, "links": [
+        {"nodes": ["ip-1", "ip-2"], "message_bytes": 93_585_408, "all_reduce_gbps": 4.1, "all_gather_gbps": 3.9}]},
+        "bill": {"measured_usd": 3.40646, "estimate_usd": 3.28, "error": -0.0371}}
+    assert resilience_lines(summary) == [
+        "link ip-1 <-> ip-2: all-reduce 4.1 GB/s, all-gather 3.9 GB/s (planned 5 GB/s; health gate 4.2 s)",
+        "GPU nodes billed: $3.41 measured, estimated $3.28 (-3.7% of measured)"]

@@ -172,3 +172,12 @@ def test_a_policy_variable_is_refused_not_guessed():
     policy = [identity({"Effect": "Allow", "Action": "s3:*", "Resource": "arn:aws:s3:::b/${aws:username}/*"})]
     with pytest.raises(SeamError, match=r"policy variable"):
         allowed(policy, "s3:GetObject", "arn:aws:s3:::b/alice/k")
+
+
+# "Condition operators", ARN: each of the six colon-delimited parts is compared; the sixth, the resource, may
+# hold colons itself (CloudWatch Logs' KMS key policy: kms:EncryptionContext:aws:logs:arn on a log group).
+def test_arn_like_keeps_the_colons_of_the_resource_part():
+    policy = [identity({"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "*", "Condition": {"ArnLike": {
+        "kms:EncryptionContext:aws:logs:arn": "arn:aws:logs:us-east-1:111122223333:log-group:*"}}})]
+    assert allowed(policy, "kms:Decrypt", context={
+        "kms:EncryptionContext:aws:logs:arn": "arn:aws:logs:us-east-1:111122223333:log-group:my-group"})

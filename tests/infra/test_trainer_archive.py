@@ -146,3 +146,10 @@ def test_an_archive_without_a_module_the_trainer_imports_fails(tmp_path):
     done = _run_the_trainer_help(_as_the_pod_mounts_it(configmap, tmp_path, leave_out="training/config.py"), tmp_path)
     assert done.returncode != 0
     assert "No module named 'training.config'" in done.stderr
+
+
+def test_kubectl_apply_keeps_non_ascii_as_utf8():
+    """Go's encoding/json writes valid UTF-8 as is (it escapes only <, >, &, U+2028, U+2029 and invalid bytes):
+    'é' stays 2 bytes in the stored annotation, not the 6 of \\u00e9."""
+    stored = ta.kubectl_applied_annotations(_configmap("AAAA", {"note": "café"}))[ta.LAST_APPLIED]
+    assert '"annotations":{"note":"café"}' in stored

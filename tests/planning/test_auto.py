@@ -90,3 +90,20 @@ def test_a_local_run_needs_no_planner_for_its_sharding():
 def test_the_cli_prints_one_line_without_traceback(capsys):
     assert main(["--activation-checkpointing", "auto"]) == 2
     assert capsys.readouterr().err.startswith("error: --activation-checkpointing: auto needs a known --instance-type")
+
+
+LORA_ON_TWO_OF_FOUR_GPUS = ["--model", "qwen2.5-1.5b", "--instance-type", "g6.12xlarge", "--workers", "2",
+                            "--batch-tokens", "65536", "--seq-len", "2048", "--lora-rank", "16"]
+
+
+def test_auto_plans_a_run_on_part_of_one_node():
+    # 2 workers on a 4-GPU g6.12xlarge are not whole nodes, but fewer than one node's GPUs: auto still plans them.
+    argv, line = resolved_argv(LORA_ON_TWO_OF_FOUR_GPUS + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
+    assert "--sharding=full" in argv and line.startswith("auto: full, micro-batch ")
+
+
+def test_a_run_on_part_of_a_node_is_planned_on_the_gpus_it_uses():
+    from planning.auto import planned
+
+    _, cluster = planned(parse_args(LORA_ON_TWO_OF_FOUR_GPUS))
+    assert (cluster.nodes, cluster.gpus_per_node) == (1, 2)  # 2 of the g6.12xlarge's 4 L4s

@@ -183,3 +183,22 @@ def test_the_config_url_is_huggingface_hubs(monkeypatch, revision):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     expected = hf_hub_url("meta-llama/Llama-3.2-1B", "config.json", revision=revision)
     assert hub_request_headers(monkeypatch, revision)["url"] == expected
+
+
+def test_a_hub_revision_is_read_from_that_revision_s_config(monkeypatch):
+    # The Hub serves a file at a revision as {endpoint}/{repo}/resolve/{revision}/{file} (huggingface_hub's
+    # hf_hub_url); a pinned commit must not be sized from main's config.
+    import io
+    import urllib.request
+
+    asked = []
+
+    def urlopen(request, timeout):
+        asked.append(request.full_url)
+        return io.BytesIO(json.dumps(LLAMA).encode())
+
+    for name in ("HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    lookup("org/m", "0123abc", {})
+    assert asked == ["https://huggingface.co/org/m/resolve/0123abc/config.json"]

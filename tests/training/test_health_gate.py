@@ -163,21 +163,19 @@ def test_a_layer_message_is_qwen25_15b_s_layer_in_bf16():
     assert health.layer_message_bytes(config) == 93_585_408
 
 
-def test_the_report_puts_the_measured_link_beside_the_plan_and_the_bill_beside_the_estimate():
-    from tools.report import resilience_lines
-
-    summary = {"health": {"gate_s": 4.2, "predicted_link_gbps": 5.0, "links": [
-        {"nodes": ["ip-1", "ip-2"], "message_bytes": 93_585_408, "all_reduce_gbps": 4.1, "all_gather_gbps": 3.9}]},
-        "bill": {"measured_usd": 3.40646, "estimate_usd": 3.28, "error": -0.0371}}
-    assert resilience_lines(summary) == [
-        "link ip-1 <-> ip-2: all-reduce 4.1 GB/s, all-gather 3.9 GB/s (planned 5 GB/s; health gate 4.2 s)",
-        "GPU nodes billed: $3.41 measured, estimated $3.28 (-3.7% of measured)"]
-
-
 def test_the_planned_figures_are_refused_at_zero():
     from training.config import ConfigError, parse_args
 
-    with pytest.raises(ConfigError, match=r"^--predicted-link-gbps: 0.0 must be a number above 0$"):
+    with pytest.raises(ConfigError, match=r"^--predicted-link-gbps: 0.0 must be above 0$"):
         parse_args(["--predicted-link-gbps", "0"])
-    with pytest.raises(ConfigError, match=r"^--predicted-step-seconds: -1.0 must be a number above 0$"):
+    with pytest.raises(ConfigError, match=r"^--predicted-step-seconds: -1.0 must be above 0$"):
         parse_args(["--predicted-step-seconds", "-1"])
+
+
+def test_the_passed_line_spans_the_slowest_to_the_fastest_gpu():
+    # Two L4s measured at 61.5 and 97 TFLOP/s: the line a user reads gives the range low-high.
+    result = {"gate_s": 3.5, "predicted_link_gbps": 5.0, "gpus": [{"tflops": 97.0}, {"tflops": 61.5}],
+              "links": [{"nodes": ["a", "b"], "all_reduce_gbps": 4.5, "all_gather_gbps": 4.25}]}
+    assert health.health_line(result) == (
+        "health gate: passed in 3.5 s: 2 GPU(s), bf16 matmul 61.5-97 TFLOP/s; "
+        "a<->b all-reduce 4.5 GB/s, all-gather 4.25 GB/s (planned 5 GB/s)")

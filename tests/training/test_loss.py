@@ -228,3 +228,15 @@ def test_a_plain_head_runs_the_plain_kernel_alone():
 
     assert _xent_kernel(torch.device("cpu"), LogitHead()) is softmax_xent_and_grad
     assert _xent_kernel(torch.device("cpu"), LogitHead(multiplier=2.0)) is not softmax_xent_and_grad
+
+
+def test_evaluation_adds_the_head_s_bias_like_transformers():
+    """Validation runs under no_grad: Phi's LM head has a bias, which the evaluated loss must add as
+    nn.Linear does (reference: cross_entropy over hidden @ W.T + b in float64)."""
+    hidden, weight, labels = problem(14, 12, 8, 10, masked=0.25)
+    bias_ = 3 * torch.randn(10, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, labels, chunk_tokens=5, bias=bias_)
+    expected = F.cross_entropy(hidden.double() @ weight.double().T + bias_.double(), labels,
+                               ignore_index=IGNORE_INDEX, reduction="sum")
+    assert abs(loss.item() - expected.item()) < 1e-4 * abs(expected.item())
