@@ -224,6 +224,6 @@ def test_the_trainers_epochs_follow_the_shuffle_setting(shard, monkeypatch, shuf
 
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
     cfg = TrainConfig(model="folder", data="data.jsonl", micro_batch=1, shuffle=shuffle, seed=11)
-    stream = train_batches(cfg, 512, rank=0, world=1, position=0)
+    stream = train_batches(cfg, 512, rank=0, world=1, rows=0)
     ids = [int(next(stream)["id"][0]) for _ in range(2 * ROWS)]
     assert (ids == list(range(ROWS)) * 2) == in_order
