@@ -239,17 +239,7 @@ def _peer_step(cfg: TrainConfig, device, rank: int, world: int):
     fully_shard(lm, mp_policy=mp)
     optimizer = torch.optim.AdamW(lm.parameters(), lr=cfg.lr, fused=True)
     batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
-
-    def step(i: int):
-        input_ids = next(batches)["input_ids"].to(device)
-        loss = lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return lm, optimizer, step
+    return lm, optimizer, _hf_peer_step(lm, optimizer, batches, device)
 
 
 def _fp8_peer_step(cfg: TrainConfig, device, rank: int, world: int):
@@ -280,18 +270,8 @@ def _fp8_peer_step(cfg: TrainConfig, device, rank: int, world: int):
     fully_shard(lm, mp_policy=mp)
     optimizer = torch.optim.AdamW(lm.parameters(), lr=cfg.lr, fused=True)
     batches = synthetic_batches("random", cfg.seed, lm.config.vocab_size, cfg.seq_len, cfg.micro_batch, rank, world)
-
-    def step(i: int):
-        input_ids = next(batches)["input_ids"].to(device)
-        loss = lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
-        optimizer.step()
-        precompute_float8_dynamic_scale_for_fsdp(lm)
-        optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return lm, optimizer, step
+    return lm, optimizer, _hf_peer_step(lm, optimizer, batches, device,
+                                        after_update=lambda: precompute_float8_dynamic_scale_for_fsdp(lm))
 
 
 def time_steps(step, warmup: int, steps: int, device) -> dict:
@@ -425,3 +405,20 @@ def fp8_matmul_rate(device, n: int, repeats: int) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end) / 1000)
     return 2 * n**3 / statistics.median(times) / 1e12
+
+
+def _hf_peer_step(lm, optimizer, batches, device, after_update=lambda: None):
+    """A peer's step as Hugging Face users write it: the model's own loss, clipping, AdamW (then after_update)."""
+    import torch
+
+    def step(i: int):
+        input_ids = next(batches)["input_ids"].to(device)
+        loss = lm(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(lm.parameters(), 1.0)
+        optimizer.step()
+        after_update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step

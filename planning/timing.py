@@ -1,14 +1,6 @@
 """The step time of a layout: FLOPs and the bytes each link moves per optimizer step, how they overlap, and
 which one bounds the step.
 
-For an instance type, a number of nodes and the training settings, each sharding layout gets its
-FLOPs and the bytes it moves per optimizer step on the intra-node and the inter-node links, the
-time of each, which one bounds the step, the tokens/s per GPU, the memory per GPU, and the time
-and dollars of the run. auto (`--sharding`, `--micro-batch`, `--activation-checkpointing`) trains with
-the fastest layout, micro-batch and recomputation that fit in memory at the same tokens per step, and
-never with any that does not; the plan also names a faster setting the options fix, where one fits, and the
-smallest batch that keeps the links at most 10% of the step.
-
 Layouts:
 - full: FSDP2 over every GPU. Each micro-batch all-gathers every layer's bf16 weights in forward
   and again in backward (the root, embedding and final norm, once a step); the last micro-batch
