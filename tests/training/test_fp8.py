@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from training.config import ConfigError, TrainConfig, parse_args
 from training.fp8 import check_fp8_device, convert_to_fp8
 from training.model import CausalLMWithLoss, build_model, builtin_config
+from tests.process_group import spawn
 
 pytest.importorskip("torchao.float8")
 from torchao.float8 import convert_to_float8_training  # noqa: E402
@@ -161,7 +162,7 @@ def _runs(rank: int, store: str, out: str) -> None:
     from training import fp8, model as model_module
     from training.data import synthetic_batches
     from training.step import make_optimizer
-    from tests.process_group import leave, spawn
+    from tests.process_group import leave
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     device, results = torch.device("cpu"), {}
