@@ -57,7 +57,7 @@ def biggest_members(archive: bytes, count: int = 3) -> list[tuple[str, int]]:
     return sorted(sizes, key=lambda item: (-item[1], item[0]))[:count]
 
 
-def _go_json(value: object) -> str:
+def go_json(value: object) -> str:
     """JSON as Go's encoding/json writes an unstructured object: compact, map keys sorted, UTF-8 kept,
     and <, >, &, U+2028, U+2029 escaped (encoding/json HTMLEscape, on by default)."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -78,7 +78,7 @@ def kubectl_applied_annotations(manifest: dict) -> dict[str, str]:
         labels[PRUNE_LABEL_STAND_IN] = ""
     annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k != LAST_APPLIED}
     metadata["annotations"] = annotations
-    return {**annotations, LAST_APPLIED: _go_json(applied) + "\n"}
+    return {**annotations, LAST_APPLIED: go_json(applied) + "\n"}
 
 
 def annotations_bytes(annotations: dict[str, str]) -> int:

@@ -22,11 +22,12 @@ import base64
 import json
 import re
 
+from cdk_constructs.trainer_archive import ANNOTATIONS_LIMIT_BYTES as ANNOTATIONS_LIMIT
+from cdk_constructs.trainer_archive import LAST_APPLIED, go_json
+from cdk_constructs.trainer_archive import annotations_bytes as annotations_size  # ValidateAnnotationsSize's count
 from tools.seams.cfn import Resolver
 
 MANIFEST_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-ANNOTATIONS_LIMIT = 262_144
 ANNOTATIONS_MARGIN = 0.75
 """The project's margin under the API server's annotation limit (the trainer's code grows: 15 KB in 40 commits)."""
 DATA_LIMIT = 1 << 20
@@ -51,18 +52,6 @@ def manifests(r: Resolver) -> list[tuple[str, dict, bool]]:
     return found
 
 
-def go_json(obj) -> str:
-    """What kubectl writes into last-applied-configuration: Go's encoding/json of the object (keys sorted,
-    no spaces, <, > and & escaped as \\u003c, \\u003e, \\u0026, U+2028/2029 escaped, other non-ASCII kept),
-    then the newline json.Encoder appends (k8s.io/kubectl pkg/util/apply.go GetModifiedConfiguration encodes
-    with apimachinery's UnstructuredJSONScheme, a json.Encoder with its default HTML escaping)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                         ("\u2029", "\\u2029")):
-        text = text.replace(char, escape)
-    return text + "\n"
-
-
 def stored_annotations(obj: dict) -> dict[str, str]:
     """The annotations the API server receives from `kubectl apply`: the object's own plus last-applied,
     which holds the object without that annotation."""
@@ -70,12 +59,9 @@ def stored_annotations(obj: dict) -> dict[str, str]:
     own = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
     # kubectl sets the annotations to the map without last-applied, an empty one included ("annotations":{}).
     bare = {**obj, "metadata": {**meta, "annotations": own}}
-    return {**own, LAST_APPLIED: go_json(bare)}
-
-
-def annotations_size(annotations: dict[str, str]) -> int:
-    """ValidateAnnotationsSize: len(key) + len(value) summed, in bytes (Go's len of a string)."""
-    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    # Go's encoding/json of the object, then the newline json.Encoder appends (k8s.io/kubectl pkg/util/apply.go
+    # GetModifiedConfiguration encodes with apimachinery's UnstructuredJSONScheme).
+    return {**own, LAST_APPLIED: go_json(bare) + "\n"}
 
 
 def data_size(obj: dict) -> int:
