@@ -14,7 +14,7 @@ from planning.memory import memory_bytes, usable_bytes
 from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
 from planning.timing import Estimate, estimate
 from planning.families import ShapeError
-from planning.model_config import ModelConfigError, model_shape
+from planning.model_config import ModelConfigError, UnsupportedFamily, model_shape
 from planning.workload import SHARDINGS, Layout, ModelShape, Workload, cluster_of
 from training.config import AUTO, ConfigError, TrainConfig, option_flag, options_argv, parse_args
 from training.gpus import GpuSpec
@@ -39,13 +39,11 @@ def model_of(c: TrainConfig, configs: dict | None, needed: bool) -> ModelShape |
     trainer does not train the model's family."""
     try:
         shape, new = model_shape(c.model, c.model_revision, {} if configs is None else configs)
-    except ShapeError as error:
+    except UnsupportedFamily as error:  # the trainer would refuse it at start, auto or not
+        raise PlanError(f"{error}; {SET_EXPLICITLY}" if needed else str(error)) from None
+    except (ShapeError, ModelConfigError) as error:
         if needed:
-            raise PlanError(f"--model: {error}; {SET_EXPLICITLY}") from None
-        return None
-    except ModelConfigError as error:
-        if needed or "is not one whose loss the trainer checks" in str(error):
-            raise PlanError(f"{error}; {SET_EXPLICITLY}" if needed else str(error)) from None
+            raise PlanError(f"{'' if isinstance(error, ModelConfigError) else '--model: '}{error}; {SET_EXPLICITLY}") from None
         return None
     if configs is not None:
         configs.update(new)

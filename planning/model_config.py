@@ -36,6 +36,10 @@ class ModelConfigError(ValueError):
     """The model's config.json could not be read; the message says how to give it."""
 
 
+class UnsupportedFamily(ModelConfigError):
+    """The config was read, and the trainer does not train the model's family (the trainer's own words)."""
+
+
 def context_key(model: str, revision: str | None) -> str:
     return f"{KEY_PREFIX}{model}@{revision or 'main'}" if not model.startswith("s3://") else f"{KEY_PREFIX}{model}"
 
@@ -144,7 +148,7 @@ def model_shape(model: str, revision: str | None, context: dict,
     fields, new = lookup(model, revision, context, fetch)
     refusal = supported_architecture(fields)
     if refusal:
-        raise ModelConfigError(f"--model: {refusal}")
+        raise UnsupportedFamily(f"--model: {refusal}")
     return ModelShape(**count_shape(fields, model)), new
 
 

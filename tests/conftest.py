@@ -29,8 +29,8 @@ def _node_binary() -> str | None:
 # Tests never touch the network: a model's config.json comes from cdk.context.json's cache or a local folder.
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-if not os.environ.get("JSII_NODE") and _node_binary():
-    os.environ["JSII_NODE"] = _node_binary()
+if not os.environ.get("JSII_NODE") and (node := _node_binary()):
+    os.environ["JSII_NODE"] = node
 
 
 def base_context() -> dict:
