@@ -20,6 +20,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from training.chat_masks import MARKER, learned_tokens, render
 from training.loss import IGNORE_INDEX
 from training.sources import DataError, read_source
 
@@ -179,16 +180,13 @@ def record_tools(record: dict, fmt: DataFormat) -> list | None:
     return _plain(tools) if _present(tools) and len(tools) else None
 
 
-REPLY_MARKER = "\ue000REPLY\ue000"  # a private-use character: no real reply holds it
-
-
 def template_renders_parts(tokenizer, template: str | None = None) -> bool:
     """Whether the template renders content given as a list of text parts. Templates written for strings
     either fail on a list (Qwen2.5's: "can only concatenate str (not list)") or render it as nothing
     (Qwen3's `content is string` branch): tried with a marker as the only part."""
-    probe = [{"role": "user", "content": [{"type": "text", "text": REPLY_MARKER}]}]
+    probe = [{"role": "user", "content": [{"type": "text", "text": MARKER}]}]
     try:
-        return REPLY_MARKER in _render(tokenizer, probe, None, template)
+        return MARKER in render(tokenizer, probe, None, template)
     except Exception:  # the template's own failure on a list: it expects a string
         return False
 
@@ -200,58 +198,16 @@ def joined_parts(messages: list[dict]) -> list[dict]:
             for m in messages]
 
 
-def _render(tokenizer, messages: list[dict], tools, template: str | None = None, **kwargs) -> str:
-    return tokenizer.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False, **kwargs)
-
-
 def adds_default_system_prompt(tokenizer, template: str | None = None) -> bool:
     """Whether the template writes a system turn of its own text into a chat that has none (Qwen2.5:
     'You are Qwen, created by Alibaba Cloud...'): a lone user turn then renders as something other
     than the tail of the same turn after an empty system turn."""
-    user = [{"role": "user", "content": REPLY_MARKER}]
-    alone = _render(tokenizer, user, None, template)
-    with_empty = _render(tokenizer, [{"role": "system", "content": ""}] + user, None, template)
+    user = [{"role": "user", "content": MARKER}]
+    alone = render(tokenizer, user, None, template)
+    with_empty = render(tokenizer, [{"role": "system", "content": ""}] + user, None, template)
     # Longer alone: the template wrote text of its own (a template that merely lays out an empty
     # system turn differently, as Mistral's adds a blank line, renders the lone turn shorter).
     return not with_empty.endswith(alone) and len(alone) > len(with_empty)
-
-
-def reply_start(messages: list[dict], j: int, tokenizer, tools=None, template: str | None = None) -> str:
-    """The rendered conversation up to where assistant turn j's own text begins.
-
-    After another turn: the conversation before it, rendered with the generation prompt. As the
-    first turn there is nothing before it to render, yet the template may still open with text of
-    its own (a default system prompt) and the assistant header: that is where turn j, with a marker
-    as its text, renders the marker.
-    """
-    if j:
-        return _render(tokenizer, messages[:j], tools, template, add_generation_prompt=True)
-    if not isinstance(messages[0]["content"], str):
-        raise DataError("--assistant-only-loss: a chat that opens with an assistant turn needs text content there")
-    marked = _render(tokenizer, [{**messages[0], "content": REPLY_MARKER}], tools, template)
-    return marked[:marked.index(REPLY_MARKER)] if REPLY_MARKER in marked else ""
-
-
-def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None,
-                    template: str | None = None) -> list[tuple[int, int]]:
-    """Character spans of the assistant turns in the rendered chat.
-
-    Turn j spans from where its reply starts (reply_start: the end of the prompt and the assistant
-    header) to the end of the conversation through it. This holds for templates that render a
-    conversation's prefix as a prefix of the whole (ChatML, Qwen, Llama 3); others are refused
-    rather than masked wrongly.
-    """
-    spans = []
-    for j, message in enumerate(messages):
-        if message["role"] != "assistant":
-            continue
-        before = reply_start(messages, j, tokenizer, tools, template)
-        through = _render(tokenizer, messages[:j + 1], tools, template)
-        if not (rendered.startswith(before) and rendered.startswith(through) and len(through) > len(before)):
-            raise DataError("--assistant-only-loss: this tokenizer's chat template does not render a conversation's "
-                            "turns as prefixes of the whole; train on every token with --no-assistant-only-loss")
-        spans.append((len(before), len(through)))
-    return spans
 
 
 def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tuple[list[int], list[bool], bool]]:
@@ -278,7 +234,7 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
             raise DataError("--data: chat records need a tokenizer with a chat template; this one has none "
                             "(give one with --chat-template)")
         try:
-            texts.append(_render(tokenizer, chat, offered, fmt.chat_template))
+            texts.append(render(tokenizer, chat, offered, fmt.chat_template))
         except Exception as error:  # the template's own refusal (jinja raise_exception, a missing key)
             raise DataError(f"--data: the chat template cannot render record {_preview(record)}: "
                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
@@ -294,8 +250,7 @@ def tokenize_records(records: list[dict], tokenizer, fmt: DataFormat) -> list[tu
     documents = []
     for chat, offered, text, (ids, offsets) in zip(chats, tools, texts, encoded):
         if chat is not None and fmt.assistant_only_loss:
-            spans = assistant_spans(chat, tokenizer, text, offered, fmt.chat_template)
-            learned = [any(start <= begin < end for start, end in spans) for begin, _ in offsets]
+            learned = learned_tokens(chat, tokenizer, text, ids, offsets, offered, fmt.chat_template)
         else:
             learned = [True] * len(ids)
         ids = list(ids)

@@ -70,16 +70,6 @@ def test_instruction_fields_map_to_a_user_turn_and_a_reply():
     assert record_messages({**record, "input": ""}, fmt)[0]["content"] == "Summarise."
 
 
-def test_a_template_that_does_not_render_prefixes_is_refused(tokenizer):
-    import copy
-
-    odd = copy.deepcopy(tokenizer)
-    # Numbers each turn from the end: an earlier conversation is not a prefix of a longer one.
-    odd.chat_template = "{% for m in messages %}[{{ messages|length - loop.index }}] {{ m['content'] }} {% endfor %}"
-    with pytest.raises(DataError, match=r"--assistant-only-loss: .*--no-assistant-only-loss"):
-        tokenize_records([{"messages": CHAT}], odd, DataFormat())
-
-
 def test_a_record_without_the_fields_names_them(tokenizer):
     with pytest.raises(DataError, match=r"--text-field: a record has neither 'body' nor 'messages' \(fields: content\)"):
         tokenize_records([{"content": "x"}], tokenizer, DataFormat(text_field="body"))
