@@ -4,7 +4,6 @@ way the Hub's datasets library resolves splits and configs."""
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from dataclasses import dataclass
 
@@ -58,14 +57,19 @@ def _hub_filesystem(repo: str, revision: str | None = None):
 
 
 def card_config(readme: str, config: str | None = None) -> dict | None:
-    """The config a dataset card's YAML `configs` declares under that name; with no name, the default one
-    (marked `default: true`, or named "default"), or the only one; None when the card declares none.
-    Several and none the default: refused, as the datasets library refuses ("Config name is missing")."""
+    """The config a dataset card's YAML `configs` declares under that name; with no name, the default one, as the
+    datasets library picks it (utils/metadata.py MetadataConfigs.get_default_config_name): the only one, or the
+    one named "default" or marked `default: true`, two such refused; None when the card declares none. Several
+    and none the default: refused, as the datasets library refuses ("Config name is missing")."""
     import yaml
 
     match = re.match(r"---\n(.*?)\n---", readme, re.S)
     configs = ((yaml.safe_load(match.group(1)) or {}).get("configs") or []) if match else []
-    names = [c.get("config_name", "default") for c in configs]
+    unnamed = [c for c in configs if "config_name" not in c]
+    if unnamed:
+        raise DataError(f"--data: the dataset card declares a config without a config_name ({unnamed[0]}); the "
+                        "datasets library refuses such a card: name every config")
+    names = [c["config_name"] for c in configs]
     if config is not None:
         if config not in names:
             raise DataError(f"--data: no config {config!r} in this dataset's card "
@@ -73,11 +77,12 @@ def card_config(readme: str, config: str | None = None) -> dict | None:
         return configs[names.index(config)]
     if not configs:
         return None
-    defaults = [c for c, name in zip(configs, names) if c.get("default") or name == "default"]
+    defaults = [name for c, name in zip(configs, names) if len(configs) == 1 or name == "default" or c.get("default")]
+    if len(defaults) > 1:
+        raise DataError(f"--data: this dataset's card has several default configs ({', '.join(defaults)}), which the "
+                        f"datasets library refuses; name one as hf:<repo>:<config>:<split>")
     if defaults:
-        return defaults[0]
-    if len(configs) == 1:
-        return configs[0]
+        return configs[names.index(defaults[0])]
     raise DataError(f"--data: this dataset has several configs and none is the default; name one as "
                     f"hf:<repo>:<config>:<split> (configs: {', '.join(names)})")
 
@@ -102,6 +107,72 @@ def configured_data_files(readme: str, split: str, config: str | None = None) ->
     return [f"{data_dir}/{p}" for p in patterns] if data_dir else patterns
 
 
+def _glob_part(part: str) -> str:
+    """One path component of a pattern as a regex: `*` any run of characters and `?` one character, never a
+    '/'; `[...]` a character class (`[!...]` its complement); anything else itself."""
+    out, i = [], 0
+    while i < len(part):
+        c = part[i]
+        i += 1
+        if c == "*":
+            if not out or out[-1] != "[^/]*":
+                out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = i + (i < len(part) and part[i] == "!")
+            j += j < len(part) and part[j] == "]"
+            close = part.find("]", j)
+            if close < 0:
+                out.append(re.escape(c))
+                continue
+            inside = part[i:close].replace("\\", "\\\\")
+            if inside.startswith("!"):
+                inside = "^" + inside[1:]
+            elif inside.startswith(("^", "[")):
+                inside = "\\" + inside
+            out.append("[" + inside + "]")
+            i = close + 1
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
+
+
+def glob_regex(pattern: str) -> re.Pattern:
+    """A data_files pattern of a dataset card, matched as the datasets library resolves it (data_files.py
+    resolve_pattern, through fsspec's glob): `*` stays inside one folder, a whole `**` component spans any
+    number of folders (none included), as the last component anything below."""
+    parts = pattern.split("/")
+    out = []
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:.+/)?")
+            continue
+        if "**" in part:
+            raise DataError(f"--data: the dataset card's pattern {pattern!r} has '**' inside a name; the datasets "
+                            "library takes '**' only as a whole folder name (data/**/*.parquet)")
+        out.append("[^/]+" if part == "*" else _glob_part(part))
+        if not last:
+            out.append("/")
+    return re.compile("".join(out) + r"\Z", re.S)
+
+
+def _hidden_parts(path: str) -> int:
+    return sum(p.startswith(".") and set(p) != {"."} for p in path.split("/"))
+
+
+def _special_folders(path: str) -> int:
+    return sum(p.startswith("__") for p in path.split("/")[:-1])
+
+
+def requested(path: str, pattern: str) -> bool:
+    """A matched file the datasets library keeps: one in a hidden file or folder (a name starting with '.') or in a
+    folder starting with '__' only where the pattern names as many such parts (data_files.py,
+    _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir and _is_inside_unrequested_special_dir)."""
+    return _hidden_parts(path) == _hidden_parts(pattern) and _special_folders(path) == _special_folders(pattern)
+
+
 def split_of(path: str) -> str | None:
     """The split a data file's folder or name says it belongs to (train-00000-of-00001.parquet: train)."""
     words = [w for part in path.lower().split("/") for w in re.split(r"[-._ ]", part)]
@@ -114,10 +185,12 @@ def split_of(path: str) -> str | None:
 def hub_data_files(files: list[str], readme: str | None, split: str, config: str | None = None) -> list[str]:
     """The data files of a split, as the Hub lays them out: the card's `configs` when it has
     them, else split names in folder and file names; with no split names at all, every file is train."""
-    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES) and not f.split("/")[-1].startswith("."))
+    data = sorted(f for f in files if f.endswith(DATA_SUFFIXES))
     if config is not None and not readme:
         raise DataError(f"--data: no config {config!r}: this dataset has no card declaring configs")
     patterns = configured_data_files(readme, split, config) if readme else None
+    if patterns is None:  # the split names' own patterns (all of them `**/...`) name no hidden or special part
+        data = [f for f in data if requested(f, "**")]
     data_dir = (card_config(readme, config) or {}).get("data_dir") if readme and patterns is None else None
     if data_dir:
         # A config given as a folder: its files, split by their names as in a dataset with no card.
@@ -126,7 +199,7 @@ def hub_data_files(files: list[str], readme: str | None, split: str, config: str
         chosen = [f for f in data if split_of(f) == split] if any(split_of(f) for f in data) else (data if split == "train" else [])
         chosen = [folder + f for f in chosen]
     elif patterns is not None:
-        chosen = [f for f in data if any(fnmatch.fnmatch(f, p) for p in patterns)]
+        chosen = [f for f in data if any(glob_regex(p).match(f) and requested(f, p) for p in patterns)]
     elif any(split_of(f) for f in data):
         chosen = [f for f in data if split_of(f) == split]
     else:
