@@ -22,7 +22,10 @@ def _parse(key: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
     args = typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
         arms = [a for a in args if a is not type(None)]
-        if len(arms) < len(args) and (raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "none", "null"))):
+        # An empty value unsets a setting, but for a list: there it is the empty list (`-c key=` clears it), which
+        # the list's own rules judge (endpoint_public_cidrs: EKS reads no CIDRs as every address).
+        unset = ("none", "null") if any(typing.get_origin(a) is tuple for a in arms) else ("", "none", "null")
+        if len(arms) < len(args) and (raw is None or (isinstance(raw, str) and raw.strip().lower() in unset)):
             return None
         for arm in arms:  # the first of the union's types, in order, that the value parses as
             try:

@@ -167,7 +167,8 @@ class Settings:
     endpoint_public_cidrs: tuple[str, ...] | None = None
     """CIDRs allowed to reach a public endpoint. Unset: `make deploy` and `make diff` use your egress
     address (<ip>/32, from AWS's checkip service); a plain `cdk deploy` leaves it open to 0.0.0.0/0,
-    with a warning. 0.0.0.0/0 may be set on purpose (IAM still authenticates every request)."""
+    with a warning. 0.0.0.0/0 may be set on purpose (IAM still authenticates every request). An empty list
+    (`-c endpoint_public_cidrs=`) is refused: EKS would read it as 0.0.0.0/0."""
     admin_principal_arn: str | None = None
     """IAM role or user ARN given cluster-admin through an EKS access entry. An STS assumed-role
     ARN (what `aws sts get-caller-identity` prints) is converted to its role's ARN; `make deploy`

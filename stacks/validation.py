@@ -82,8 +82,11 @@ def validate(s: Settings) -> None:
     if s.endpoint_public_cidrs is not None:
         _require(s.endpoint_access != "private",
                  "endpoint_public_cidrs: a private endpoint has no public CIDRs (unset it, or set endpoint_access=public_and_private)")
+        # EKS API reference, VpcConfigRequest.publicAccessCidrs: "The default value is 0.0.0.0/0" (none given).
         _require(len(s.endpoint_public_cidrs) > 0,
-                 "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set endpoint_access=private)")
+                 "endpoint_public_cidrs: a public endpoint needs at least one CIDR; none would leave EKS's default, "
+                 "0.0.0.0/0 (every address): give your CIDRs, 0.0.0.0/0 on purpose, `none` to unset it (`make "
+                 "deploy` then uses your address), or endpoint_access=private")
         _require(len(s.endpoint_public_cidrs) <= MAX_PUBLIC_ENDPOINT_CIDRS,
                  f"endpoint_public_cidrs: {len(s.endpoint_public_cidrs)} CIDRs; EKS takes at most "
                  f"{MAX_PUBLIC_ENDPOINT_CIDRS} per cluster (a quota that cannot be raised): merge ranges")

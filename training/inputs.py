@@ -5,7 +5,8 @@ for the synth.
 
 from __future__ import annotations
 
-from training.config import BUILTIN_MODELS, HF_DATA_SPEC, HUB_ID, SYNTHETIC_DATA, ConfigError, TrainConfig, chat_template_is_file
+from training.config import (BUILTIN_MODELS, HF_DATA_SPEC, HUB_ARCHITECTURES, HUB_ID, SYNTHETIC_DATA, ConfigError,
+                             TrainConfig, chat_template_is_file)
 
 
 def check_inputs(c: TrainConfig) -> None:
@@ -60,6 +61,27 @@ def check_inputs(c: TrainConfig) -> None:
             continue  # a Hub id: listing it names what is missing
         if not local(path).exists():
             raise ConfigError(f"{option}: {path!r} does not exist on this machine")
+
+
+def check_hub_positions(c: TrainConfig) -> None:
+    """--seq-len against the positions of a Hub model the trainer does not know (its config.json, the one
+    file read here), before Ray starts: past them, the model would run on positions it never learned.
+    A config.json that cannot be had (no such model, a gated one, no network and not in the cache) is
+    refused in one line. Built-in models, known Hub ids and local folders are checked by the config's own rules."""
+    if HUB_ID.fullmatch(c.model) is None or c.model in HUB_ARCHITECTURES:
+        return
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(c.model, revision=c.model_revision, cache_dir=c.cache_dir)
+    except (OSError, ValueError) as error:  # transformers' words for a missing, gated or unreachable model
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"--model: cannot read {c.model}'s config.json ({reason}); give a Hub model id that exists "
+                          "and this machine can reach (or has in --cache-dir), or a local folder with a config.json"
+                          ) from None
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions and c.seq_len > positions:
+        raise ConfigError(f"--seq-len: {c.seq_len} exceeds {c.model}'s {positions} positions (max_position_embeddings)")
 
 
 def _local_max_positions(folder) -> int | None:

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from training.config import AUTO, SYNTHETIC_DATA, ConfigError, TrainConfig, option_flag, parse_args
-from training.inputs import check_inputs
+from training.inputs import check_hub_positions, check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 from training.storage import storage_uri
 
@@ -526,22 +526,6 @@ def real_datasets(cfg: TrainConfig) -> dict:
         datasets["validation"] = packed_dataset(cfg.data, part="validation", val_fraction=cfg.val_fraction,
                                                 shuffle_seed=cfg.seed if cfg.shuffle else None, **common)
     return datasets
-
-
-def check_hub_positions(cfg: TrainConfig) -> None:
-    """--seq-len against the positions of a Hub model the trainer does not know (its config.json, the one
-    file read here), before Ray starts: past them, the model would run on positions it never learned.
-    Built-in models, known Hub ids and local folders are checked by the config's own rules."""
-    from training.config import HUB_ARCHITECTURES, HUB_ID
-
-    if HUB_ID.fullmatch(cfg.model) is None or cfg.model in HUB_ARCHITECTURES:
-        return
-    from transformers import AutoConfig
-
-    positions = getattr(AutoConfig.from_pretrained(cfg.model, revision=cfg.model_revision, cache_dir=cfg.cache_dir),
-                        "max_position_embeddings", None)
-    if positions and cfg.seq_len > positions:
-        raise ConfigError(f"--seq-len: {cfg.seq_len} exceeds {cfg.model}'s {positions} positions (max_position_embeddings)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -495,8 +495,9 @@ REFUSED_IN_FULL = [
      "a reservation launches only into the group it was created in; use auto or off"),
     ({"endpoint_access": "private", "endpoint_public_cidrs": ["203.0.113.0/24"]},
      "endpoint_public_cidrs: a private endpoint has no public CIDRs (unset it, or set endpoint_access=public_and_private)"),
-    ({"endpoint_public_cidrs": []}, "endpoint_public_cidrs: a public endpoint needs at least one CIDR (or set "
-     "endpoint_access=private)"),
+    ({"endpoint_public_cidrs": []}, "endpoint_public_cidrs: a public endpoint needs at least one CIDR; none would "
+     "leave EKS's default, 0.0.0.0/0 (every address): give your CIDRs, 0.0.0.0/0 on purpose, `none` to unset it "
+     "(`make deploy` then uses your address), or endpoint_access=private"),
 ]
 
 
@@ -551,3 +552,13 @@ def test_ray_versions_are_compared_as_numbers(version, accepted):
     else:
         with pytest.raises(SettingsError, match=rf"^training.ray_version: '{version}' must be the image's Ray version"):
             settings_from_context(base_context() | overrides)
+
+
+def test_an_empty_endpoint_cidr_list_is_refused_not_read_as_unset():
+    # `-c endpoint_public_cidrs=` arrives as "": read as unset, a plain `cdk deploy` left the endpoint open to every
+    # address with no word (EKS API reference, VpcConfigRequest.publicAccessCidrs: "The default value is 0.0.0.0/0").
+    with pytest.raises(SettingsError, match=r"^endpoint_public_cidrs: a public endpoint needs at least one CIDR; none "
+                                            r"would leave EKS's default, 0\.0\.0\.0/0 \(every address\)"):
+        settings_from_files(ROOT / "cdk.json", ["endpoint_public_cidrs="])
+    assert settings_from_files(ROOT / "cdk.json", ["endpoint_public_cidrs=none"]).endpoint_public_cidrs is None
+    assert settings_from_files(ROOT / "cdk.json", ["account="]).account is None  # a string setting: empty still unsets

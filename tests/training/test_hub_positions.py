@@ -38,3 +38,14 @@ def test_a_seq_len_past_an_unknown_hub_models_positions_is_refused_in_one_line(h
 def test_a_known_hub_model_is_checked_without_reading_the_hub(hub_config, capsys):
     assert main(["--model", "Qwen/Qwen2.5-1.5B", "--seq-len", "65536", *ARGS]) == 2
     assert "exceeds Qwen/Qwen2.5-1.5B's 32768 positions" in capsys.readouterr().err and hub_config == []
+
+
+def test_a_hub_model_that_cannot_be_read_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
+    # transformers' own answer, offline (tests/conftest.py): an OSError that used to end the run in a traceback.
+    monkeypatch.setattr("training.train.fit", lambda cfg: pytest.fail("Ray would start: the refusal comes too late"))
+    code = main(["--model", "nosuch-org/nosuch-model", "--cache-dir", str(tmp_path), *ARGS])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1 and "Traceback" not in error
+    assert error.startswith("error: --model: cannot read nosuch-org/nosuch-model's config.json (")
+    assert error.endswith("give a Hub model id that exists and this machine can reach (or has in --cache-dir), "
+                          "or a local folder with a config.json\n")
