@@ -85,8 +85,9 @@ def merged_weights(state: dict[str, torch.Tensor], config, lora=None) -> tuple[d
         raise ExportError(f"{len(wrong)} tensor(s) have the wrong shape, e.g. {name}: {got}, the architecture's {want}")
     if tuner is None:
         return {k: v.to(EXPORT_DTYPE) for k, v in weights.items()}, None
-    # Merge in fp32: a bf16 base weight plus an fp32 update, rounded once, on export.
-    lm.load_state_dict({k: v.to(torch.float32) for k, v in weights.items()}, assign=True)
+    # Merge in fp32: a bf16 base weight plus an fp32 update, rounded once, on export. On copies: peft merges into
+    # the base weight in place, which would change an fp32 caller's own tensors and the base the share is taken from.
+    lm.load_state_dict({k: v.to(torch.float32, copy=True) for k, v in weights.items()}, assign=True)
     lm.tie_weights()
     merged = tuner.merge_and_unload().state_dict()
     lost = update = 0.0

@@ -175,3 +175,37 @@ def test_lora_alpha_sets_the_adapters_scale_on_the_trained_output(alpha):
         change = layer(x) - layer.base_layer(x)
     expected = x @ adapted_layer_update(state, "model.layers.0.self_attn.q_proj", alpha).T
     torch.testing.assert_close(change, expected, rtol=1e-5, atol=1e-6)
+
+
+def one_adapted_matrix_state() -> tuple[dict[str, torch.Tensor], object, object]:
+    """A 1-layer Llama of width 2 with LoRA (r=1, alpha=1: scale 1) on down_proj alone, every weight fp32, as a
+    caller other than the trainer holds them: down_proj's base is I, A = [[2^-9, 1/2]], B = [[1], [0]]."""
+    from peft import LoraConfig, LoraModel
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(vocab_size=4, hidden_size=2, intermediate_size=2, num_hidden_layers=1, num_attention_heads=1,
+                         num_key_value_heads=1, head_dim=2, tie_word_embeddings=False)
+    lora = LoraConfig(r=1, lora_alpha=1, target_modules=["down_proj"], lora_dropout=0.0)
+    lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    LoraModel(lm, lora, "default")
+    state = {f"lm.{k}": v.detach().clone() for k, v in lm.state_dict().items()}
+    module = "lm.model.layers.0.mlp.down_proj"
+    state[f"{module}.base_layer.weight"] = torch.eye(2)
+    state[f"{module}.lora_A.default.weight"] = torch.tensor([[2.0 ** -9, 0.5]])
+    state[f"{module}.lora_B.default.weight"] = torch.tensor([[1.0], [0.0]])
+    return state, config, lora
+
+
+def test_an_fp32_merge_leaves_the_callers_weights_and_reports_the_share_bf16_keeps():
+    """By hand: the update B A = [[2^-9, 1/2], [0, 0]]; merged in fp32, I + B A = [[1 + 2^-9, 1/2], [0, 1]]; bf16 keeps
+    8 significant bits, so 1 + 2^-9 (under half of bf16's step 2^-7 at 1) rounds to 1: bf16 gives [[1, 1/2], [0, 1]].
+    Lost: 2^-9 of an update of norm sqrt(2^-18 + 2^-2), so bf16 keeps 1 - 2^-9 / 0.5000038 = 0.99609378 of it."""
+    from training.export import merged_weights
+
+    state, config, lora = one_adapted_matrix_state()
+    before = {k: v.clone() for k, v in state.items()}
+    merged, kept = merged_weights(state, config, lora)
+    assert all(torch.equal(state[k], before[k]) for k in state)  # the caller's tensors, untouched
+    assert torch.equal(merged["model.layers.0.mlp.down_proj.weight"],
+                       torch.tensor([[1.0, 0.5], [0.0, 1.0]], dtype=torch.bfloat16))
+    assert kept == pytest.approx(0.99609378, abs=1e-8)
