@@ -25,16 +25,21 @@ SAVED = ["--model=tiny", "--seq-len=64", "--batch-tokens=256", "--micro-batch=2"
          "--lora-rank=4", "--lora-dropout=0.1", "--sharding=full"]
 
 
+def write_checkpoint(folder: Path, step: int, options: list[str], complete: bool = True) -> None:
+    """A checkpoint folder at `step`, its settings those of `options`; incomplete: no DCP shards (an upload cut short)."""
+    folder.mkdir(parents=True)
+    if complete:
+        with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.save({"weight": torch.zeros(4)}, checkpoint_id=str(folder))
+    write_train_state(folder, step=step, data_position=4 * step)
+    (folder / SETTINGS).write_text(json.dumps(dataclasses.asdict(parse_args(options + ["--run-name=sft"]))))
+
+
 @pytest.fixture
 def run_folder(tmp_path) -> Path:
     """A storage path holding run `sft` with a complete checkpoint at step 3, written under SAVED."""
-    folder = tmp_path / "runs" / "sft" / "checkpoint_000000"
-    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
-        warnings.simplefilter("ignore", UserWarning)
-        dcp.save({"weight": torch.zeros(4)}, checkpoint_id=str(folder))
-    write_train_state(folder, step=3, data_position=12)
-    settings = parse_args(SAVED + ["--run-name=sft"])
-    (folder / SETTINGS).write_text(json.dumps(dataclasses.asdict(settings)))
+    write_checkpoint(tmp_path / "runs" / "sft" / "checkpoint_000000", 3, SAVED)
     return tmp_path / "runs"
 
 
@@ -92,6 +97,30 @@ def test_the_same_settings_resume(run_folder, started):
 
 def test_a_new_run_name_starts_fresh_whatever_its_settings(run_folder, started):
     assert train.main(SAVED + [f"--storage-path={run_folder}", "--run-name=other", "--seed=1"]) == 0
+    assert len(started) == 1
+
+
+@pytest.fixture
+def run_with_history(tmp_path) -> Path:
+    """Run `sft` with three checkpoints under three seeds: the newest complete one (step 6, seed 1) in the folder
+    that sorts first (a rerun restarts the folder numbering), an older one (step 3, seed 0), and a newer one cut
+    short (step 9, seed 2), which is never loaded."""
+    run = tmp_path / "runs" / "sft"
+    write_checkpoint(run / "checkpoint_000001", 6, SAVED + ["--seed=1"])
+    write_checkpoint(run / "checkpoint_000002", 3, SAVED)
+    write_checkpoint(run / "checkpoint_000003", 9, SAVED + ["--seed=2"], complete=False)
+    return tmp_path / "runs"
+
+
+def test_the_checkpoint_judged_is_the_one_that_will_be_loaded(run_with_history, started, capsys):
+    from training.storage import latest_checkpoint
+
+    assert latest_checkpoint(f"{run_with_history}/sft").path.endswith("/sft/checkpoint_000001")
+    assert train.main(resume(run_with_history, "--seed=1")) == 0 and len(started) == 1
+    for seed in (0, 2):
+        assert train.main(resume(run_with_history, f"--seed={seed}")) == 2
+        assert capsys.readouterr().err.startswith(f"error: --run-name sft: its checkpoint at step 6 was trained with "
+                                                  f"other settings (--seed 1 -> {seed});")
     assert len(started) == 1
 
 
