@@ -44,6 +44,36 @@ def test_fp8_conversion_works_on_the_meta_device_the_trainer_builds_on():
     assert len(convert_to_fp8(model, emulate=True)) == 10
 
 
+def test_the_defaults_the_trainer_converts_with_are_float8_all_gather_on_real_float8_gemms():
+    """What the trainer's GPU path gets (model.py calls convert_to_fp8(model)), in torchao 0.18.0's own terms
+    (torchao/float8/config.py): enable_fsdp_float8_all_gather on, emulate off, and otherwise its tensorwise recipe
+    (Float8LinearConfig.from_recipe_name("tensorwise"), the dataclass defaults): dynamic tensorwise scales, e4m3
+    inputs and weights, e5m2 gradients, fast accumulation in the output GEMM only, no padding, no power-of-2 scales.
+    The weights are torchao's FSDP2 float8 all-gather tensors. Built on the meta device: no GPU needed."""
+    import dataclasses
+
+    from torchao.float8 import Float8LinearConfig
+    from torchao.float8.config import ScalingGranularity, ScalingType
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    with torch.device("meta"):
+        model = tiny()
+    convert_to_fp8(model)
+    configs = [m.config for m in model.modules() if isinstance(m, Float8Linear)]
+    assert len(configs) == 10 and all(c == configs[0] for c in configs)
+    config = configs[0]
+    assert config.enable_fsdp_float8_all_gather is True and config.emulate is False
+    assert dataclasses.replace(config, enable_fsdp_float8_all_gather=False) == Float8LinearConfig.from_recipe_name("tensorwise")
+    casts = (config.cast_config_input, config.cast_config_weight, config.cast_config_grad_output)
+    assert all(c.scaling_type is ScalingType.DYNAMIC and c.scaling_granularity is ScalingGranularity.TENSORWISE
+               for c in casts)
+    assert [c.target_dtype for c in casts] == [torch.float8_e4m3fn, torch.float8_e4m3fn, torch.float8_e5m2]
+    assert (config.gemm_config_output.use_fast_accum, config.gemm_config_grad_input.use_fast_accum,
+            config.gemm_config_grad_weight.use_fast_accum) == (True, False, False)
+    assert not config.pad_inner_dim and not config.round_scales_to_power_of_2
+    assert all(type(m.weight) is WeightWithDynamicFloat8CastTensor for m in model.modules() if isinstance(m, Float8Linear))
+
+
 def float8_linear(weight: torch.Tensor) -> nn.Module:
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data.copy_(weight)
