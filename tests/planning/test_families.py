@@ -80,3 +80,36 @@ def test_the_planner_counts_every_family_the_trainer_trains():
     from training.families import MODEL_TYPES
 
     assert set(FAMILIES) == set(MODEL_TYPES)
+
+
+# Families whose config class ties the LM head to the embedding when config.json says nothing (transformers 5.23).
+TIED_BY_DEFAULT = ["gemma", "gemma2", "gemma3_text", "cohere", "cohere2", "starcoder2"]
+
+
+def test_each_familys_default_tie_is_its_transformers_config_classs_default():
+    from transformers import CONFIG_MAPPING
+
+    defaults = {t: bool(CONFIG_MAPPING[t]().tie_word_embeddings) for t in FAMILIES}
+    assert sorted(t for t, tied in defaults.items() if tied) == sorted(TIED_BY_DEFAULT)
+    assert {t: f.tied_default for t, f in FAMILIES.items()} == defaults
+
+
+@pytest.mark.parametrize("model_type", TIED_BY_DEFAULT + ["llama"])
+def test_a_config_json_without_tie_word_embeddings_counts_what_transformers_builds(model_type):
+    from planning.model_config import shape_fields
+
+    config, built = reference(model_type, {})  # the model transformers builds with its class's default
+    del config["tie_word_embeddings"]
+    for fields in (config, shape_fields(config)):  # read where it is, or from the cdk.context.json cache
+        counted = count_shape(fields)
+        assert {k: counted[k] for k in built} == built
+
+
+def test_gemma2_2b_without_tie_word_embeddings_has_its_published_count():
+    # google/gemma-2-2b's shape fields; its weights hold 2,614,341,888 parameters (the Hub's count of the
+    # safetensors, "2.61B params"): one 256000 x 2304 embedding, shared with the LM head. Untied it would be
+    # 589,824,000 more.
+    gemma2 = {"model_type": "gemma2", "hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8,
+              "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 9216, "vocab_size": 256000}
+    shape = count_shape(gemma2)
+    assert shape["layer_params"] + shape["root_params"] == 2_614_341_888
