@@ -76,7 +76,9 @@ def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None,
     for j, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        marked = {"role": "assistant", "content": MARKER}
+        # The marker in the form the turn's content has: a template that iterates text parts renders it so.
+        marked = {"role": "assistant",
+                  "content": [{"type": "text", "text": MARKER}] if isinstance(message.get("content"), list) else MARKER}
         other = render(tokenizer, messages[:j] + [marked] + messages[j + 1:], tools, template)
         if other.count(MARKER) != 1:
             raise DataError(CANNOT_LOCATE.format(j, "its text is not rendered once"))

@@ -73,3 +73,13 @@ def test_an_image_part_is_refused_in_one_line_naming_the_record(tokenizer):
     with pytest.raises(DataError, match=r"user message holds a 'image_url' part.*record \{\"id\": \"rec-9\"") as refused:
         tokenize_records([record], tokenizer, DataFormat(chat_template=QWEN25))
     assert "\n" not in str(refused.value)
+
+
+def test_a_reply_in_parts_is_located_under_a_template_that_iterates_parts(tokenizer):
+    # Parts alone: a string (the marker assistant-only loss locates a turn with) would render as nothing here.
+    parts_only = ("{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' }}{%- for part in m.content %}"
+                  "{{- part.text }}{%- endfor %}{{- '<|im_end|>\\n' }}{%- endfor %}")
+    record = {"messages": [{"role": "user", "content": PARTS},
+                           {"role": "assistant", "content": [{"type": "text", "text": "It reduces."}]}]}
+    [(ids, learned, _)] = tokenize_records([record], tokenizer, DataFormat(chat_template=parts_only))
+    assert tokenizer.decode([t for t, keep in zip(ids, learned) if keep]) == "It reduces.<|im_end|>\n<|endoftext|>"
