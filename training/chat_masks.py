@@ -7,7 +7,8 @@ are the assistant's in that render, found one of two ways:
   training templates): those spans, as transformers' return_assistant_tokens_mask reads them, which is
   what TRL's SFTTrainer learns with assistant_only_loss;
 - any other template: each assistant turn located in the whole render. The chat is rendered again with
-  that turn's content replaced by a marker; where the two renders differ is the turn's own text. The
+  that turn's content replaced by a marker (by two of different lengths: the rest of the render must not
+  change with the turn's text); where the renders differ is the turn's own text. The
   turn is learned from the end of its header (the text the template writes as a generation prompt) to
   the end of its close (the text after the turn when it is the conversation's last: an end-of-turn token).
   A template may render a turn differently once later turns follow it (Qwen3's drops the <think> block of
@@ -26,9 +27,10 @@ import re
 from training.sources import DataError
 
 MARKER = "\ue000REPLY\ue000"  # a private-use character: no real chat holds it
+OTHER_MARKER = "\ue001ANOTHER REPLY\ue001"  # a second one, of another length
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")  # transformers' test for the tag (render_jinja_template)
-CANNOT_LOCATE = ("--assistant-only-loss: this tokenizer's chat template renders assistant turn {} of a chat in a way "
-                 "that cannot be located in the whole chat ({}); give a template with {{% generation %}} spans "
+CANNOT_LOCATE = ("--assistant-only-loss: the chat template renders the assistant message at index {} so that it "
+                 "cannot be located in the whole chat ({}); give a template with {{% generation %}} spans "
                  "(--chat-template), or train on every token with --no-assistant-only-loss")
 
 
@@ -69,6 +71,22 @@ def _header(tokenizer, before: list[dict], tools, template: str | None) -> str |
     return prompted[len(plain):] if prompted.startswith(plain) and len(prompted) > len(plain) else None
 
 
+def _marked(message: dict, marker: str) -> dict:
+    """An assistant turn whose content is `marker` alone, in the form the turn's content has: a template that
+    iterates text parts renders a part, not a string."""
+    return {"role": "assistant",
+            "content": [{"type": "text", "text": marker}] if isinstance(message.get("content"), list) else marker}
+
+
+def _around(tokenizer, messages: list[dict], j: int, marker: str, tools, template: str | None) -> tuple[str, str]:
+    """The render of the chat with turn j's content replaced by `marker`: (the text before it, the text after it)."""
+    other = render(tokenizer, messages[:j] + [_marked(messages[j], marker)] + messages[j + 1:], tools, template)
+    if other.count(marker) != 1:
+        raise DataError(CANNOT_LOCATE.format(j, "its text is not rendered once"))
+    before, after = other.split(marker)
+    return before, after
+
+
 def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None,
                     template: str | None = None) -> list[tuple[int, int]]:
     """Character spans of the assistant turns in `rendered`, the render of the whole chat."""
@@ -76,19 +94,15 @@ def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None,
     for j, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        # The marker in the form the turn's content has: a template that iterates text parts renders it so.
-        marked = {"role": "assistant",
-                  "content": [{"type": "text", "text": MARKER}] if isinstance(message.get("content"), list) else MARKER}
-        other = render(tokenizer, messages[:j] + [marked] + messages[j + 1:], tools, template)
-        if other.count(MARKER) != 1:
-            raise DataError(CANNOT_LOCATE.format(j, "its text is not rendered once"))
-        before, after = other.split(MARKER)
-        if not rendered.endswith(after):
+        before, after = _around(tokenizer, messages, j, MARKER, tools, template)
+        # The rest of the chat must not change with the turn's text: two texts of different lengths tell.
+        other_before, other_after = _around(tokenizer, messages, j, OTHER_MARKER, tools, template)
+        if other_after != after or not rendered.endswith(after):
             raise DataError(CANNOT_LOCATE.format(j, "the turns after it change with its text"))
         differs = len(os.path.commonprefix([rendered, before]))  # where the turn's own text starts, at the latest
         text_end = len(rendered) - len(after)
         lower = spans[-1][1] if spans else 0
-        if not lower <= differs <= text_end:
+        if other_before != before or not lower <= differs <= text_end:
             raise DataError(CANNOT_LOCATE.format(j, "the turns before it change with its text"))
         # The turn starts after its header: the header may be followed by text the template writes itself
         # (Qwen3's empty <think> block on the last reply), which the model generates, so it is learned.
@@ -96,7 +110,7 @@ def assistant_spans(messages: list[dict], tokenizer, rendered: str, tools=None,
         at = before.rfind(header, lower, differs) if header else -1
         start = at + len(header) if at >= 0 else differs
         # ...and ends after the template's close of the turn, as it renders the turn as the last one.
-        last = render(tokenizer, messages[:j] + [marked], tools, template)
+        last = render(tokenizer, messages[:j] + [_marked(message, MARKER)], tools, template)
         close = last[last.index(MARKER) + len(MARKER):] if MARKER in last else ""
         if not after.startswith(close):
             raise DataError(CANNOT_LOCATE.format(j, "its end is written differently inside the chat"))

@@ -112,15 +112,26 @@ def test_generation_spans_are_followed_where_they_differ_from_the_turn(tokenizer
     assert ids[:-1] == out["input_ids"] and learned[:-1] == [bool(m) for m in out["assistant_masks"]]
 
 
-@pytest.mark.parametrize("template, why", [
+@pytest.mark.parametrize("chat, template, why", [
     # Every message's text twice: the turn is not one place in the render.
-    ("{% for m in messages %}{{ m.content }} ({{ m.content }}) {% endfor %}", "its text is not rendered once"),
-    # Each turn says how long the one before it was: later turns change with a reply's text.
-    ("{% for m in messages %}[after {{ (loop.previtem.content if loop.previtem else '') | length }}] "
+    (CHAT, "{% for m in messages %}{{ m.content }} ({{ m.content }}) {% endfor %}", "its text is not rendered once"),
+    # Each turn says how long the one before it was: later turns change with a reply's text...
+    (CHAT, "{% for m in messages %}[after {{ (loop.previtem.content if loop.previtem else '') | length }}] "
      "{{ m.content }} {% endfor %}", "the turns after it change with its text"),
-], ids=["twice", "lengths"])
-def test_a_template_whose_turns_cannot_be_located_is_refused_in_one_line(tokenizer, template, why):
-    with pytest.raises(DataError, match=rf"--assistant-only-loss: .*assistant turn 1 .*\({why}\).*"
-                                        r"--no-assistant-only-loss$") as refused:
-        tokenize_records([{"messages": CHAT}], tokenizer, DataFormat(chat_template=template))
+    # ...or how long the next one is: earlier turns do.
+    (CHAT, "{% for m in messages %}[before {{ (loop.nextitem.content if loop.nextitem else '') | length }}] "
+     "{{ m.content }} {% endfor %}", "the turns before it change with its text"),
+    # Every turn starred when the last reply thinks: a marker does not think, so the turns before it change.
+    (CHAT[:3] + [{"role": "assistant", "content": "<think>x</think>It reduces."}],
+     "{% for m in messages %}{% if '<think>' in messages[-1].content %}*{% endif %}{{ m.content }} {% endfor %}",
+     "the turns before it change with its text"),
+    # A turn ends with </s> when it is the last, with ' | ' inside the chat: where a reply ends is unknown.
+    (CHAT, "{% for m in messages %}{{ m.content }}{% if loop.last %}</s>{% else %} | {% endif %}{% endfor %}",
+     "its end is written differently inside the chat"),
+], ids=["twice", "after", "before", "structure", "end"])
+def test_a_template_whose_turns_cannot_be_located_is_refused_in_one_line(tokenizer, chat, template, why):
+    with pytest.raises(DataError, match=rf"^--assistant-only-loss: the chat template renders the assistant message at "
+                                        rf"index \d so that it cannot be located in the whole chat \({why}\); give a "
+                                        r"template with \{% generation %\} spans.*--no-assistant-only-loss$") as refused:
+        tokenize_records([{"messages": chat}], tokenizer, DataFormat(chat_template=template))
     assert "\n" not in str(refused.value)
