@@ -73,7 +73,7 @@ def _job_plan(template: dict):
     """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
     (planning.plan): the synth resolved auto into the entrypoint, and left what it picked and why in an
     annotation; or None."""
-    from cdk_constructs.ray_manifests import AUTO_ANNOTATION
+    from cdk_constructs.annotations import AUTO_ANNOTATION
     from planning.timing import estimate
     from planning.auto import model_of
     from planning.model_config import project_context
