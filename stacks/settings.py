@@ -219,6 +219,12 @@ class Settings:
         return self.stack_name
 
     @property
+    def interface_endpoint_azs(self) -> int:
+        """Endpoint-AZs of the stack's interface endpoints, each billed by the hour: the image cache's ecr.api and
+        ecr.dkr endpoints, in the GPU AZ only (stacks/training_cluster.py _add_image_cache)."""
+        return 2 if self.image_pull_through_cache else 0
+
+    @property
     def training_workers(self) -> int:
         """Ray Train workers: one per GPU of every GPU node."""
         return self.gpu_node_count * INSTANCE_TYPES[self.gpu_instance_type].gpus
