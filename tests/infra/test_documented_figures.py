@@ -76,6 +76,33 @@ def test_a_wrong_figure_in_a_sample_is_found():
     assert readme.unshown(["cdk-nag: 46 checks, 0 finding(s), 17 suppressed"], printed) != []
 
 
+class _Account:
+    """EC2 and Service Quotas as the README's preflight sample has them: the GPU type offered in the GPU AZ, a
+    G-family quota of 64 vCPU, nothing running."""
+
+    def describe_instance_type_offerings(self, **_):
+        return {"InstanceTypeOfferings": [{"Location": DEFAULTS.gpu_availability_zone}]}
+
+    def get_paginator(self, _):
+        return type("Pages", (), {"paginate": lambda self, **__: [{"Reservations": []}]})()
+
+    def get_service_quota(self, **_):
+        return {"Quota": {"Value": 64.0}}
+
+
+def test_the_preflight_sample_is_what_preflight_prints():
+    from tools import preflight
+
+    account = _Account()
+    checks = [preflight.check_offered(account, DEFAULTS.gpu_instance_type, DEFAULTS.gpu_availability_zone),
+              preflight.check_vcpu_quota(account, account, DEFAULTS.gpu_instance_type, DEFAULTS.gpu_node_count,
+                                         DEFAULTS.region, "GPU nodes")]
+    sample = readme.sample_block("Any FAIL stops the deploy before")
+    # An excerpt of the whole table, whose name column is as wide as its longest check name.
+    assert [" ".join(line.split()) for line in sample] == [" ".join(line.split())
+                                                          for line in preflight.format_table(checks).splitlines()]
+
+
 def test_the_watchs_last_line_is_what_it_prints_for_the_idle_stack():
     [sample] = [line for line in readme.text().splitlines() if line.startswith("still billed: ")]
     idle = [("system", DEFAULTS.system_instance_type, DEFAULTS.system_node_count), ("gpu-worker", DEFAULTS.gpu_instance_type, 0)]
@@ -143,6 +170,38 @@ def test_the_image_pull_trade(template):
 def test_the_review_prices_the_caches_first_pull_through_the_nat(printed):
     per_run = next(line for line in printed if line.startswith("per run: "))
     assert f"a tag's first pull needs the NAT, ECR User Guide: up to ~${review.image_pull_usd(1):.2f} once" in per_run
+
+
+def test_the_reviews_assumptions_and_the_configmaps_limits():
+    from cdk_constructs.ray_manifests import TRAINER_ARCHIVE_PATH
+    from cdk_constructs.trainer_archive import ANNOTATIONS_BUDGET_BYTES, ANNOTATIONS_LIMIT_BYTES
+
+    assumed = readme.passage("The per-run and first-step figures rest on two assumptions")
+    assert readme.number(r"in about (\d+) minutes", assumed) == review.GPU_NODE_BOOT_S / 60
+    assert readme.number(r"\(assumed (\d+) GiB compressed", assumed) == review.RAY_IMAGE_GIB
+    assert readme.number(r"at about (\d+) MiB/s", assumed) == review.IMAGE_PULL_MIB_S
+    configmap = readme.passage("The ConfigMap line is what `kubectl apply`")
+    assert readme.number(r"caps at ([\d,]+) bytes", configmap) == ANNOTATIONS_LIMIT_BYTES
+    assert readme.number(r"Synth refuses above (\d+)% of that", configmap) / 100 == ANNOTATIONS_BUDGET_BYTES / ANNOTATIONS_LIMIT_BYTES
+    assert f"`{TRAINER_ARCHIVE_PATH}`" in configmap
+
+
+def test_the_instance_types_profiles_and_shuffle_window():
+    from training.config import GPU_PROFILES
+    from training.data_plan import SHUFFLE_WINDOW_BLOCKS
+
+    listed = readme.figure(r"EFA interfaces, price\): ([\w., ]+)\.", readme.passage("GPU instance types come from"))
+    assert sorted(listed.split(", ")) == sorted(n for n, spec in INSTANCE_TYPES.items() if spec.gpus and spec.supports_efa)
+    profiles = readme.passage("GPU profiles set the measured-fast settings per GPU class")
+    h200, l4 = GPU_PROFILES["h200"], GPU_PROFILES["l4"]
+    assert readme.figure(r"`--profile h200` \((\d+ x \d+), no recomputation", profiles) == f"{h200['micro_batch']} x {h200['seq_len']}"
+    assert h200["activation_checkpointing"] == "none"
+    assert readme.figure(r"`--profile l4` \((\d+ x \d+ x \d+) accumulation with (\w+) recomputation", profiles) == \
+        f"{l4['micro_batch']} x {l4['seq_len']} x {l4['grad_accum']}"
+    assert readme.figure(r"accumulation with (\w+) recomputation", profiles) == l4["activation_checkpointing"]
+    order = readme.passage("**Order**")
+    assert readme.number(r"within windows of (\d+) blocks", order) == SHUFFLE_WINDOW_BLOCKS
+    assert readme.figure(r"cdk deploy \(VPC, EKS ([\d.]+), a system node", readme.text()) == DEFAULTS.kubernetes_version
 
 
 # ---------------------------------------------------------------------- capacity and retries
