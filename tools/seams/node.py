@@ -55,7 +55,8 @@ _DROP_IN_DIRS = ("etc/systemd/system/containerd.service.d", "run/systemd/system/
 """Where a user-data script can put a containerd drop-in, in systemd's order of precedence."""
 _MOVED = re.compile(r"(?<![\w./$-])/(etc|run)/")
 """An absolute path under /etc or /run in the script, moved under the fake node's root."""
-_FAKE_NODE_TOOLS = ("mkdir", "cat", "tee", "cp", "install", "ln", "chmod", "touch", "sed", "rm", "mv")
+_FAKE_NODE_TOOLS = ("mkdir", "cat", "tee", "cp", "install", "ln", "chmod", "touch", "sed")
+"""What the fake node offers besides bash's builtins: tools that write files, nothing that deletes."""
 _RECORDED = ("systemctl", "sysctl")
 _HUGEPAGES = re.compile(r"vm\.nr_hugepages\s*=\s*(\d+)|echo\s+(\d+)\s*>\s*/proc/sys/vm/nr_hugepages")
 
