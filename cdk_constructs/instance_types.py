@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from planning.hardware import INSTANCE_TYPES, PRICES_AS_OF, InstanceSpec
 
-__all__ = ["INSTANCE_TYPES", "PRICES_AS_OF", "InstanceSpec", "EKS_CONTROL_PLANE_USD_PER_HOUR", "NAT_GATEWAY_USD_PER_HOUR"]
+__all__ = ["INSTANCE_TYPES", "PRICES_AS_OF", "InstanceSpec", "EKS_CONTROL_PLANE_USD_PER_HOUR", "NAT_GATEWAY_USD_PER_HOUR",
+           "INTERFACE_ENDPOINT_USD_PER_AZ_HOUR"]
 
 # Hourly prices of the pieces that are not instances.
 NAT_GATEWAY_USD_PER_HOUR = 0.045
 EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+"""An interface VPC endpoint, per AZ it is in, per hour (AWS PrivateLink pricing, us-east-2)."""
 
 # On-Demand vCPU quota codes by instance family letter ("Running On-Demand ... instances").
 VCPU_QUOTA_CODES = {"g": "L-DB2E81BA", "p": "L-417A185B", "standard": "L-1216C47A"}

@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdk_constructs.annotations import AUTO_ANNOTATION, IMAGE_SOURCE_ANNOTATION
 from cdk_constructs.device_plugins import GPU_NODE_SELECTOR, gpu_tolerations
 from cdk_constructs.errors import ConstructError
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
@@ -400,11 +401,10 @@ def _job_spec(job: RayJobSpec, storage_path: str, configmap_name: str) -> dict:
     }
 
 
-AUTO_ANNOTATION = "eks-fsdp-efa/auto"
-
-
 def ray_job_manifest(job: RayJobSpec) -> dict:
     annotations = {"eks-fsdp-efa/trainer-hash": job.trainer_hash} | ({AUTO_ANNOTATION: job.auto_line} if job.auto_line else {})
+    if job.cluster.pulled_image:
+        annotations[IMAGE_SOURCE_ANNOTATION] = job.cluster.image
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": {"name": job.name, "namespace": job.namespace,

@@ -9,6 +9,7 @@ own checks on them (one source of truth for what it accepts).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 
@@ -219,9 +220,22 @@ class Settings:
         return self.stack_name
 
     @property
+    def interface_endpoint_azs(self) -> int:
+        """Endpoint-AZs of the stack's interface endpoints, each billed by the hour: the image cache's ecr.api and
+        ecr.dkr endpoints, in the GPU AZ only (stacks/training_cluster.py _add_image_cache)."""
+        return 2 if self.image_pull_through_cache else 0
+
+    @property
     def training_workers(self) -> int:
         """Ray Train workers: one per GPU of every GPU node."""
         return self.gpu_node_count * INSTANCE_TYPES[self.gpu_instance_type].gpus
+
+    @functools.cached_property
+    def planned(self) -> tuple[dict[str, typing.Any], str | None]:
+        """planned_trainer_options, computed once per settings object: validation and the stack read the same
+        answer, and cdk.context.json once (a cached_property writes the instance's __dict__, which a frozen
+        dataclass allows; dataclasses.replace makes a new object that plans again)."""
+        return _plan(self)
 
 
 def trainer_options(s: Settings) -> dict[str, typing.Any]:
@@ -237,7 +251,13 @@ def trainer_options(s: Settings) -> dict[str, typing.Any]:
 def planned_trainer_options(s: Settings) -> tuple[dict[str, typing.Any], str | None]:
     """The RayJob's trainer options: trainer_options with every auto resolved by the planner and its predicted
     step time and link bandwidth added (planning.auto.resolve_options); and the line that says what auto picked.
-    The pods run explicit values: the trainer ships without the planner."""
+    The pods run explicit values: the trainer ships without the planner. Resolved once per Settings (s.planned);
+    each caller gets its own copy of the options."""
+    options, line = s.planned
+    return dict(options), line
+
+
+def _plan(s: Settings) -> tuple[dict[str, typing.Any], str | None]:
     from planning.auto import resolve_options
     from planning.model_config import PROJECT_CONTEXT_FILE, project_context, save
 

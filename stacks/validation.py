@@ -74,7 +74,14 @@ def validate(s: Settings) -> None:
     _require(s.gpu_availability_zone in s.availability_zones,
              f"gpu_availability_zone: {s.gpu_availability_zone!r} must be one of availability_zones {list(s.availability_zones)}")
     _validate_vpc_cidr(s.vpc_cidr)
-    _require(1 <= s.nat_gateways <= len(s.availability_zones),
+    # The pods reach the Hugging Face Hub through the NAT; with the image cache, ECR's first pull of a tag over the
+    # interface endpoints needs it too (Amazon ECR User Guide, "Amazon ECR interface VPC endpoints", considerations).
+    needs_nat = ("the image pull-through cache's first pull of a tag (ECR User Guide) and the pods' Hugging Face "
+                 "downloads need it" if s.image_pull_through_cache else
+                 "the nodes pull the image from ECR Public and the pods reach the Hugging Face Hub through it")
+    _require(s.nat_gateways >= 1, f"nat_gateways: {s.nat_gateways} must be between 1 and the number of AZs "
+                                  f"({len(s.availability_zones)}): {needs_nat}")
+    _require(s.nat_gateways <= len(s.availability_zones),
              f"nat_gateways: {s.nat_gateways} must be between 1 and the number of AZs ({len(s.availability_zones)})")
     _validate_kubernetes_version(s.kubernetes_version)
     _require(s.endpoint_access in ENDPOINT_ACCESS_MODES,

@@ -210,15 +210,18 @@ def final_summary(job: JobReport, progress: TrainerProgress, bucket: str | None)
 # ---------------------------------------------------------------- what still bills
 
 
-def still_billed(groups: list[tuple[str, str, int]], nat_gateways: int) -> str:
+def still_billed(groups: list[tuple[str, str, int]], nat_gateways: int, interface_endpoint_azs: int = 0) -> str:
     """The line a watch ends with, whatever happened: what bills now and how to stop it.
 
     `groups` is (role label, instance type, desired size) of each node group, as EKS's DescribeNodegroup
-    says: a GPU group scaled to zero bills nothing, the control plane, system nodes and NAT bill until destroy.
+    says: a GPU group scaled to zero bills nothing, the control plane, system nodes, NAT and interface
+    endpoints (per AZ each is in: the image cache's) bill until destroy.
     """
-    from cdk_constructs.instance_types import EKS_CONTROL_PLANE_USD_PER_HOUR, INSTANCE_TYPES, NAT_GATEWAY_USD_PER_HOUR
+    from cdk_constructs.instance_types import (EKS_CONTROL_PLANE_USD_PER_HOUR, INSTANCE_TYPES,
+                                               INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, NAT_GATEWAY_USD_PER_HOUR)
 
-    hourly = EKS_CONTROL_PLANE_USD_PER_HOUR + nat_gateways * NAT_GATEWAY_USD_PER_HOUR
+    hourly = (EKS_CONTROL_PLANE_USD_PER_HOUR + nat_gateways * NAT_GATEWAY_USD_PER_HOUR
+              + interface_endpoint_azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR)
     parts, unknown = ["control plane"], False
     for role, instance_type, count in sorted(groups, key=lambda g: g[0] != "system"):  # system nodes first
         if count == 0:
@@ -232,6 +235,8 @@ def still_billed(groups: list[tuple[str, str, int]], nat_gateways: int) -> str:
         else:
             hourly += spec.usd_per_hour * count
     parts.append("NAT" if nat_gateways == 1 else f"{nat_gateways} NAT gateways")
+    if interface_endpoint_azs:
+        parts.append(f"{interface_endpoint_azs} interface endpoint{'s' if interface_endpoint_azs > 1 else ''}")
     return (f"still billed: {', '.join(parts)}: ${hourly:.2f}/h{' plus the unknown types' if unknown else ''}; "
             "make destroy to stop")
 

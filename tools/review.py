@@ -18,6 +18,7 @@ from pathlib import Path
 from cdk_constructs.instance_types import (
     EKS_CONTROL_PLANE_USD_PER_HOUR,
     INSTANCE_TYPES,
+    INTERFACE_ENDPOINT_USD_PER_AZ_HOUR,
     NAT_GATEWAY_USD_PER_HOUR,
     PRICES_AS_OF,
 )
@@ -58,8 +59,6 @@ NAT_GATEWAY_USD_PER_GB = 0.045
 """NAT gateway data processing in us-east-2 (Amazon VPC pricing, "NAT gateway pricing"; the same as its hourly
 rate): every GPU node that starts pulls the whole image from ECR Public through it."""
 GB_PER_GIB = 2**30 / 1e9
-INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
-"""An interface VPC endpoint, per AZ it is in, per hour (AWS PrivateLink pricing, us-east-2)."""
 
 
 def _manifests(template: dict, kind: str) -> list[dict]:
@@ -73,7 +72,7 @@ def _job_plan(template: dict):
     """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
     (planning.plan): the synth resolved auto into the entrypoint, and left what it picked and why in an
     annotation; or None."""
-    from cdk_constructs.ray_manifests import AUTO_ANNOTATION
+    from cdk_constructs.annotations import AUTO_ANNOTATION
     from planning.timing import estimate
     from planning.auto import model_of
     from planning.model_config import project_context
@@ -163,8 +162,12 @@ def _pulls_through_cache(template: dict) -> bool:
 
 def _image_pull_text(template: dict, nodes: int) -> str:
     if _pulls_through_cache(template):
-        # ECR keeps the layers in S3, reached through the free S3 gateway endpoint.
-        return "the image through the ECR pull-through cache (layers from S3 off the NAT: ~$0)"
+        # ECR keeps the layers in S3, reached through the free S3 gateway endpoint. But the Amazon ECR User Guide
+        # ("Amazon ECR interface VPC endpoints", considerations): the first pull of an image through a pull-through
+        # cache rule over the interface endpoints needs a route to the internet through a NAT gateway; later pulls
+        # don't. What the NAT processes then is not published: at most one node's pull.
+        return ("the image through the ECR pull-through cache (layers from S3 off the NAT: ~$0; a tag's first pull "
+                f"needs the NAT, ECR User Guide: up to ~${image_pull_usd(1):.2f} once)")
     return (f"~${image_pull_usd(nodes):.2f} pulling the image through the NAT ({nodes} x {RAY_IMAGE_GIB:g} GiB "
             f"at ${NAT_GATEWAY_USD_PER_GB}/GB processed)")
 

@@ -216,7 +216,7 @@ def billing_line(session, s: Settings, cluster_name: str) -> str:
         groups = [("system", s.system_instance_type, s.system_node_count),
                   ("gpu-worker", s.gpu_instance_type, s.gpu_node_count)]
         print(f"(node groups unreadable: {str(error).splitlines()[0][:120]}; assuming the GPU nodes run)", flush=True)
-    return cs.still_billed(groups, s.nat_gateways)
+    return cs.still_billed(groups, s.nat_gateways, s.interface_endpoint_azs)
 
 
 def follow_job(api, namespace: str, job_name: str, bucket: str | None, poll_s: int, timeout_s: int,

@@ -73,3 +73,25 @@ def test_a_lookup_is_cached_for_the_next_synth(cache, monkeypatch):
     assert stored == {"availability-zones:account=1:region=r": ["a"], KEY: LLAMA}
     settings_from_context(base_context() | SETTINGS)
     assert looked_up == [("meta-llama/Llama-3.2-1B", "4e20de362430cd3b72f300e6b0f18e50e7166e08")]  # once
+
+
+def test_the_synth_resolves_auto_once_and_reads_the_context_file_once(cache, monkeypatch):
+    """Validation and the stack each ask for the planned options of one Settings: the planner runs once and
+    cdk.context.json is read once (the stack asks as the second caller here does)."""
+    import planning.auto
+
+    calls = {"resolve": 0, "read": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(planning.auto, "resolve_options", counted("resolve", planning.auto.resolve_options))
+    monkeypatch.setattr(model_config, "project_context", counted("read", model_config.project_context))
+    s = settings_from_context(base_context())
+    first, second = planned_trainer_options(s), planned_trainer_options(s)
+    assert calls == {"resolve": 1, "read": 1} and first == second
+    first[0]["steps"] = -1  # a caller's copy: the next caller still gets the planned options
+    assert planned_trainer_options(s)[0]["steps"] == base_context()["training"]["steps"]

@@ -235,6 +235,21 @@ def test_billing_with_gpu_nodes_up_counts_them():
     assert line == "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h; make destroy to stop"
 
 
+def test_billing_counts_the_image_caches_interface_endpoints():
+    """$0.3466 + the ecr.api and ecr.dkr endpoints in one AZ, 2 x $0.01 (AWS PrivateLink pricing) = $0.3666/h."""
+    line = cs.still_billed([("system", "m7i.xlarge", 1), ("gpu-worker", "g6.12xlarge", 0)], nat_gateways=1,
+                           interface_endpoint_azs=2)
+    assert line == "still billed: control plane, system node, NAT, 2 interface endpoints: $0.37/h; make destroy to stop"
+
+
+def test_the_watch_expects_the_endpoints_the_synthesized_stack_has(template):
+    from stacks.settings import Settings
+    from tools.review import interface_endpoint_azs
+
+    assert Settings().interface_endpoint_azs == interface_endpoint_azs(template.to_json()) == 2
+    assert Settings(image_pull_through_cache=False).interface_endpoint_azs == 0
+
+
 def test_billing_names_types_without_a_price():
     line = cs.still_billed([("gpu-worker", "x9.mega", 1)], nat_gateways=2)
     assert line == ("still billed: control plane, GPU node (x9.mega, price unknown), 2 NAT gateways: $0.19/h plus the "
@@ -270,7 +285,7 @@ def test_the_watch_ends_with_the_idle_bill_when_the_gpu_group_is_at_zero(moto_ek
 
     _launch("system", "m7i.xlarge", 1)
     line = watch.billing_line(boto3.Session(), Settings(), "EksFsdpEfa")
-    assert line == "still billed: control plane, system node, NAT: $0.35/h; make destroy to stop"
+    assert line == "still billed: control plane, system node, NAT, 2 interface endpoints: $0.37/h; make destroy to stop"
 
 
 def _launch(group: str, instance_type: str, count: int, cluster: str = "EksFsdpEfa") -> None:
@@ -294,7 +309,7 @@ def test_the_watch_bills_gpu_nodes_the_autoscaler_has_started(moto_eks):
     _launch("gpu", "g6.12xlarge", 2)
     _launch("gpu", "g6.12xlarge", 1, cluster="OtherCluster")  # another cluster's group of the same name
     assert watch.billing_line(boto3.Session(), Settings(), "EksFsdpEfa").startswith(
-        "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h")
+        "still billed: control plane, system node, 2 GPU nodes, NAT, 2 interface endpoints: $9.57/h")
 
 
 # ------------------------------------------------------------------ the job's life in events
@@ -394,7 +409,8 @@ def test_watch_that_fails_after_deploy_still_ends_with_what_bills(monkeypatch, c
     assert captured.err.startswith("error: An error occurred (AccessDeniedException)")
     out = captured.out.strip().splitlines()
     assert out[0].startswith("(node groups unreadable: An error occurred (AccessDeniedException)")
-    assert out[1] == "still billed: control plane, system node, 2 GPU nodes, NAT: $9.55/h; make destroy to stop"
+    assert out[1] == ("still billed: control plane, system node, 2 GPU nodes, NAT, 2 interface endpoints: $9.57/h; "
+                      "make destroy to stop")
 
 
 @pytest.mark.parametrize("flag,value", [("--poll", "0"), ("--teardown-timeout", "-5"), ("--poll", "soon")])

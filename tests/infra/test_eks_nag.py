@@ -6,12 +6,13 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk.assertions import Annotations, Match
-from cdk_nag import NagRuleCompliance
+from cdk_nag import AwsSolutionsChecks, NagRuleCompliance
 
 from stacks.eks_nag import EksV2Checks, missing_log_types, public_endpoint_compliance
 from stacks.context import settings_from_context
 from stacks.training_cluster import EfaTrainingStack
 from tests.conftest import UNDER_MUTATION, base_context
+from tests.infra import readme
 from tools.review import nag_lines, nag_report_rows
 
 # EKS User Guide, "Send control plane logs to CloudWatch Logs": the five control-plane log types.
@@ -81,13 +82,18 @@ def _synth_with_nag(tmp_path, **overrides) -> list[dict]:
     context = base_context() | overrides
     app = cdk.App(context=context, outdir=str(tmp_path))
     EfaTrainingStack(app, "Test", settings_from_context(context))
+    cdk.Aspects.of(app).add(AwsSolutionsChecks())
     cdk.Aspects.of(app).add(EksV2Checks())
     app.synth()
     return nag_report_rows(tmp_path, "Test")
 
 
 def test_default_deployment_passes_both_rules_with_the_unset_cidrs_suppressed_and_reviewed(tmp_path):
-    rows = {r["Rule ID"]: r for r in _synth_with_nag(tmp_path)}
+    every = _synth_with_nag(tmp_path)
+    # README's review sample shows cdk-nag's lines as `make synth` prints them (counts, suppressions and reasons).
+    sample = readme.sample_block("`make synth` ends with a review read from the synthesized template")
+    assert readme.unshown([line for line in sample if line.startswith(("cdk-nag:", "suppressed "))], nag_lines(every)) == []
+    rows = {r["Rule ID"]: r for r in every if r["Rule ID"].startswith("EksV2-")}
     assert rows["EksV2-EKS2"]["Compliance"] == "Compliant"
     assert rows["EksV2-EKS1"]["Compliance"] == "Suppressed"
     assert rows["EksV2-EKS1"]["Exception Reason"].startswith("endpoint_public_cidrs is unset: `make deploy` and `make diff`")

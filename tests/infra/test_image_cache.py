@@ -110,3 +110,19 @@ def test_only_the_vpcs_nodes_reach_the_endpoints_over_https(cache_template):
     for group in groups:
         assert group["SecurityGroupIngress"] == [{"CidrIp": "10.0.0.0/16", "Description": "HTTPS from the VPC's nodes",
                                                   "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}]
+
+
+@pytest.mark.parametrize("cache,reason", [
+    (True, "the image pull-through cache's first pull of a tag (ECR User Guide) and the pods' Hugging Face downloads "
+           "need it"),
+    (False, "the nodes pull the image from ECR Public and the pods reach the Hugging Face Hub through it")])
+def test_no_nat_gateway_is_refused_naming_what_needs_it(cache, reason):
+    # Amazon ECR User Guide, "Amazon ECR interface VPC endpoints": the first pull through a pull-through cache rule
+    # over the interface endpoints needs a NAT gateway route to the internet; later pulls don't.
+    from stacks.context import settings_from_context
+    from stacks.settings import SettingsError
+    from tests.conftest import base_context
+
+    with pytest.raises(SettingsError) as refused:
+        settings_from_context(base_context() | {"nat_gateways": 0, "image_pull_through_cache": cache})
+    assert str(refused.value) == f"nat_gateways: 0 must be between 1 and the number of AZs (2): {reason}"

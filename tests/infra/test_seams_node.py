@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import base64
+import copy
 import math
 
-from tools.seams import node
+from cdk_constructs import node_groups
+from tools.seams import check_template, node
 from tools.seams.cfn import Resolver
 
 DROP_IN_SCRIPT = """#!/bin/bash
@@ -138,3 +140,50 @@ def test_aws_cdk_multipart_user_data_with_a_printf_drop_in():
                  f'Content-Transfer-Encoding: base64\n\n{b64(script)}\n--+AWS+CDK+User+Data+Separator==--\n')
     view = node.node_view(b64(user_data))
     assert view.multipart and view.memlock == math.inf
+
+
+# ---------------------------------------------------------------------- the synthesized user data, edited
+
+
+def gpu_user_data_edited(template, edit) -> dict:
+    """The synthesized template with the GPU launch template's user data passed through `edit` (decoded text)."""
+    t = copy.deepcopy(template.to_json())
+    [data] = [r["Properties"]["LaunchTemplateData"] for r in t["Resources"].values()
+              if r["Type"] == "AWS::EC2::LaunchTemplate" and "UserData" in r["Properties"]["LaunchTemplateData"]]
+    data["UserData"] = b64(edit(base64.b64decode(data["UserData"]).decode()))
+    return t
+
+
+def test_an_exit_before_the_drop_in_is_found_by_running_the_script(template):
+    # The script still names the drop-in and LimitMEMLOCK=infinity: only running it shows that nothing is written.
+    t = gpu_user_data_edited(template, lambda text: text.replace("set -euo pipefail\n", "set -euo pipefail\nexit 0\n"))
+    [problem] = check_template(t)
+    assert problem.startswith("node: EksClusterNodegroupGpuNodes") and "a container gets 8 MiB" in problem
+    assert "its shell part, run on a temporary root, exited 0 (no error) and left no containerd drop-in" in problem
+
+
+def test_user_data_without_its_close_delimiter_is_malformed_mime(template):
+    t = gpu_user_data_edited(template, lambda text: text.replace(f"--{node_groups._USER_DATA_BOUNDARY}--\n", ""))
+    [problem] = check_template(t)
+    assert problem.endswith("user data is malformed MIME (CloseBoundaryNotFoundDefect): cloud-init may drop or "
+                            "misread its parts (RFC 2046 5.1.1)")
+
+
+def test_limit_memlock_outside_the_service_section_is_ignored_as_systemd_ignores_it():
+    script = ("#!/bin/bash\nmkdir -p /etc/systemd/system/containerd.service.d\n"
+              "printf 'LimitMEMLOCK=infinity\\n' > /etc/systemd/system/containerd.service.d/90-memlock.conf\n")
+    assert node.node_view(b64(mime(("text/x-shellscript", script)))).memlock == 8 * 2**20
+
+
+def test_a_later_drop_in_overrides_an_earlier_one():
+    # systemd.unit(5): drop-ins apply in file-name order, across /etc and /run; the last assignment wins.
+    script = DROP_IN_SCRIPT.format(limit="infinity") + (
+        "mkdir -p /run/systemd/system/containerd.service.d\n"
+        "printf '[Service]\\nLimitMEMLOCK=64M\\n' > /run/systemd/system/containerd.service.d/99-limit.conf\n")
+    assert node.node_view(b64(mime(("text/x-shellscript", script)))).memlock == 64 * 2**20
+
+
+def test_a_command_the_fake_node_lacks_fails_the_part_before_it_writes():
+    script = "#!/bin/bash\nset -e\ndnf install -y something\n" + DROP_IN_SCRIPT.format(limit="infinity")
+    [problem] = problems(nodegroup_template(mime(("text/x-shellscript", script))))
+    assert "exited 127" in problem and "dnf: command not found" in problem

@@ -4,7 +4,7 @@ something else on the other side fails `make synth` instead of a deploy."""
 
 from __future__ import annotations
 
-from tools.seams import kube, node, order, workloads
+from tools.seams import kube, node, order, registry, workloads
 from tools.seams.cfn import resolve_template
 
 
@@ -12,5 +12,6 @@ def check_template(template: dict) -> list[str]:
     """Every broken seam of one synthesized template, one line each."""
     r = resolve_template(template)
     manifests = [obj for _, obj, _ in kube.manifests(r)]
-    return ([d.line() for d in workloads.denials(workloads.all_calls(r, manifests))]
-            + kube.problems(r) + node.problems(r, manifests) + order.problems(r))
+    calls = workloads.all_calls(r, manifests) + registry.import_calls(r)
+    return ([d.line() for d in workloads.denials(calls)]
+            + kube.problems(r) + registry.problems(r) + node.problems(r, manifests) + order.problems(r))

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     if broken:
         print(f"seams: {broken} broken (tools/seams); a deploy of this template would fail there", file=sys.stderr)
         return 1
-    print(f"seams: CloudFormation, IAM, Kubernetes and node checks pass for {len(templates)} template(s)")
+    print(f"seams: CloudFormation, IAM, ECR, Kubernetes and node checks pass for {len(templates)} template(s)")
     return 0
 
 

@@ -16,6 +16,16 @@ User Guide, "Customize managed nodes with launch templates": "Amazon EKS merges 
 Amazon EKS needs ... the user data must be in the MIME multi-part archive format").
 EFA registers memory with the device: a pod using vpc.amazonaws.com/efa needs an unlimited memlock
 (aws-efa-k8s-device-plugin and the EFA user guide: "ulimit -l unlimited").
+
+A shell part is judged by what it does, not by what it says: it runs under bash with the node's /etc and /run
+moved into a temporary folder, systemctl and sysctl recorded instead of run, and only a few file tools on PATH
+(so a command the fake node lacks fails the part instead of touching this machine). Then the containerd
+drop-ins it left are read as systemd reads them (systemd.unit(5) "Drop-in": every *.conf of
+containerd.service.d/ in /etc and /run, a name in /etc hiding the same name in /run, applied in file-name order;
+systemd.exec(5): LimitMEMLOCK= in the [Service] section, the last assignment wins, "infinity" unlimited).
+The MIME document must parse without defects (RFC 2046 5.1.1: the body ends with the close delimiter
+"--boundary--"): Python's email parser records each malformation as a defect where cloud-init's own parser,
+also Python's email package (cloudinit/user_data.py), may drop or misread a part.
 """
 
 from __future__ import annotations
@@ -23,9 +33,15 @@ from __future__ import annotations
 import base64
 import binascii
 import email
+import functools
 import math
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import yaml
 
@@ -35,9 +51,13 @@ MIB = 1 << 20
 AL2023_MEMLOCK = 8 * MIB
 AL2023_NOFILE = (65536, 1048576)
 UNLIMITED = math.inf
-_DROP_IN = re.compile(r"/etc/systemd/system/containerd\.service\.d/[^\s'\"]+\.conf")
-# Anywhere in the script: a heredoc puts it at a line's start, printf '[Service]\nLimitMEMLOCK=...' mid-line.
-_LIMIT = re.compile(r"LimitMEMLOCK\s*=\s*(infinity|unlimited|-1|\d+[KMG]?)")
+_DROP_IN_DIRS = ("etc/systemd/system/containerd.service.d", "run/systemd/system/containerd.service.d")
+"""Where a user-data script can put a containerd drop-in, in systemd's order of precedence."""
+_MOVED = re.compile(r"(?<![\w./$-])/(etc|run)/")
+"""An absolute path under /etc or /run in the script, moved under the fake node's root."""
+_FAKE_NODE_TOOLS = ("mkdir", "cat", "tee", "cp", "install", "ln", "chmod", "touch", "sed")
+"""What the fake node offers besides bash's builtins: tools that write files, nothing that deletes."""
+_RECORDED = ("systemctl", "sysctl")
 _HUGEPAGES = re.compile(r"vm\.nr_hugepages\s*=\s*(\d+)|echo\s+(\d+)\s*>\s*/proc/sys/vm/nr_hugepages")
 
 
@@ -49,22 +69,94 @@ class NodeView:
     hugepages_2mi: int
     multipart: bool
     has_user_data: bool
+    mime_defects: tuple[str, ...] = ()
+    """The email parser's defects, of every part."""
+    shell_note: str = ""
+    """What running the shell parts did, when it left no drop-in: for the problem's line."""
 
 
 def _memlock_value(text: str) -> float:
+    """A LimitMEMLOCK= value: bytes (K, M, G: powers of 1024), infinity, or soft:hard (the lower one binds)."""
+    if ":" in text:
+        return min(_memlock_value(part) for part in text.split(":", 1))
     if text in ("infinity", "unlimited", "-1"):
         return UNLIMITED
     units = {"K": 1 << 10, "M": MIB, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
-def _parts(user_data: str) -> tuple[bool, list[tuple[str, str]]]:
-    """(is MIME multipart, [(content type, text)]) of decoded user data."""
+def _parts(user_data: str) -> tuple[bool, list[tuple[str, str]], tuple[str, ...]]:
+    """(is MIME multipart, [(content type, text)], the parser's defects) of decoded user data."""
     message = email.message_from_string(user_data)
     if not message.is_multipart():
-        return False, [("text/x-shellscript" if user_data.startswith("#!") else "text/plain", user_data)]
-    return True, [(part.get_content_type(), part.get_payload(decode=True).decode())
-                  for part in message.walk() if not part.is_multipart()]
+        defects = tuple(type(d).__name__ for d in message.defects) if message.get_content_maintype() == "multipart" else ()
+        return False, [("text/x-shellscript" if user_data.startswith("#!") else "text/plain", user_data)], defects
+    parts = [(part.get_content_type(), (part.get_payload(decode=True) or b"").decode())
+             for part in message.walk() if not part.is_multipart()]
+    return True, parts, tuple(type(d).__name__ for part in message.walk() for d in part.defects)
+
+
+@dataclass(frozen=True)
+class ShellEffect:
+    memlock: float | None
+    """What the containerd drop-ins the script left set, or None when they set nothing."""
+    exit_code: int
+    stderr: str
+
+
+def _limit_memlock(drop_in: str) -> str | None:
+    """The last LimitMEMLOCK= of the file's [Service] section (systemd.exec(5)); outside it, systemd ignores it."""
+    section, value = None, None
+    for line in drop_in.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Service" and "=" in line:
+            key, _, text = line.partition("=")
+            if key.strip() == "LimitMEMLOCK":
+                value = text.strip()
+    return value
+
+
+@functools.lru_cache(maxsize=32)
+def run_shell_part(script: str) -> ShellEffect:
+    """Run a user-data shell part on a fake node (see the module's docstring) and read the containerd
+    drop-ins it left."""
+    with tempfile.TemporaryDirectory(prefix="fake-node-") as folder:
+        root = Path(folder)
+        tools = root / ".tools"
+        tools.mkdir()
+        for tool in _FAKE_NODE_TOOLS:
+            if found := shutil.which(tool):
+                (tools / tool).symlink_to(found)
+        for tool in _RECORDED:
+            (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{root}/.calls"\n')
+            (tools / tool).chmod(0o755)
+        part = root / ".part"
+        part.write_text(_MOVED.sub(lambda m: f"{root}/{m.group(1)}/", script))
+        try:
+            done = subprocess.run([shutil.which("bash") or "/bin/bash", str(part)], cwd=root, capture_output=True,
+                                  text=True, timeout=30, env={"PATH": str(tools), "HOME": str(root), "LANG": "C"})
+            exit_code, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired:
+            exit_code, stderr = -1, "timed out after 30 s"
+        drop_ins: dict[str, Path] = {}
+        for folder_name in reversed(_DROP_IN_DIRS):  # /etc last: its file hides /run's of the same name
+            for path in sorted((root / folder_name).glob("*.conf")) if (root / folder_name).is_dir() else []:
+                drop_ins[path.name] = path
+        memlock = None
+        for name in sorted(drop_ins):
+            value = _limit_memlock(drop_ins[name].read_text())
+            memlock = _memlock_value(value) if value is not None else memlock
+    return ShellEffect(memlock, exit_code, stderr.replace(folder, ""))
+
+
+def _shell_note(effect: ShellEffect) -> str:
+    last = effect.stderr.strip().splitlines()[-1:] or ["no error"]
+    return (f"; its shell part, run on a temporary root, exited {effect.exit_code} ({last[0][:160]}) and left no "
+            "containerd drop-in with LimitMEMLOCK")
 
 
 def node_view(user_data_b64: str | None) -> NodeView:
@@ -75,12 +167,15 @@ def node_view(user_data_b64: str | None) -> NodeView:
         user_data = base64.b64decode(user_data_b64, validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         user_data = user_data_b64  # placeholders or unencoded text: read as it is
-    multipart, parts = _parts(user_data)
+    multipart, parts, defects = _parts(user_data)
+    note = ""
     for content_type, text in parts:
         if content_type == "text/x-shellscript":
-            if _DROP_IN.search(text):
-                for value in _LIMIT.findall(text):
-                    memlock = _memlock_value(value)
+            effect = run_shell_part(text)
+            if effect.memlock is not None:
+                memlock = effect.memlock
+            else:
+                note = _shell_note(effect)
             for match in _HUGEPAGES.finditer(text):
                 hugepages = int(match.group(1) or match.group(2))
         elif content_type == "application/node.eks.aws":
@@ -92,7 +187,7 @@ def node_view(user_data_b64: str | None) -> NodeView:
                         memlock = UNLIMITED if hard in (-1, 2**64 - 1, "18446744073709551615") else int(hard)
                     if rlimit.get("type") == "RLIMIT_NOFILE":
                         nofile = (int(rlimit["soft"]), int(rlimit["hard"]))
-    return NodeView(memlock, nofile, hugepages, multipart, True)
+    return NodeView(memlock, nofile, hugepages, multipart, True, defects, note if memlock != UNLIMITED else "")
 
 
 def _uses_efa(launch_template_data: dict) -> bool:
@@ -168,8 +263,11 @@ def problems(r: Resolver, manifests: list[dict] | None = None) -> list[str]:
         if view.has_user_data and not view.multipart:
             found.append(f"node: {lid}: launch template {template_id}'s user data is not MIME multi-part, "
                          "which EKS requires of a managed node group's launch template")
+        if view.mime_defects:
+            found.append(f"node: {lid}: launch template {template_id}'s user data is malformed MIME "
+                         f"({', '.join(view.mime_defects)}): cloud-init may drop or misread its parts (RFC 2046 5.1.1)")
         if _uses_efa(data) and view.memlock != UNLIMITED:
             found.append(f"node: {lid}: EFA pods need an unlimited memlock, a container gets "
                          f"{view.memlock / MIB:g} MiB (AL2023's default; no containerd LimitMEMLOCK drop-in in "
-                         f"launch template {template_id}'s user data)")
+                         f"launch template {template_id}'s user data{view.shell_note})")
     return found

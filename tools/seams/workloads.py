@@ -60,7 +60,7 @@ class Denial:
 # ---------------------------------------------------------------------- roles and their policies
 
 
-def _logical_id_of_arn(value) -> str:
+def logical_id_of_arn(value) -> str:
     """The logical ID behind {"Fn::GetAtt": [<id>, "Arn"]} in the raw template."""
     if isinstance(value, dict) and "Fn::GetAtt" in value:
         target = value["Fn::GetAtt"]
@@ -105,27 +105,27 @@ def pod_identity_roles(r: Resolver) -> dict[tuple[str, str], str]:
     for lid, resource in r.resources.items():
         props = resource.get("Properties", {})
         if resource["Type"] == "AWS::EKS::PodIdentityAssociation":
-            roles[(props["Namespace"], props["ServiceAccount"])] = _logical_id_of_arn(props["RoleArn"])
+            roles[(props["Namespace"], props["ServiceAccount"])] = logical_id_of_arn(props["RoleArn"])
         if resource["Type"] == "AWS::EKS::Addon" and props.get("PodIdentityAssociations"):
             if props["AddonName"] not in ADDON_NAMESPACES:
                 raise SeamError(f"{lid}: the namespace of add-on {props['AddonName']} is not in ADDON_NAMESPACES")
             for association in props["PodIdentityAssociations"]:
                 roles[(ADDON_NAMESPACES[props["AddonName"]], association["ServiceAccount"])] = \
-                    _logical_id_of_arn(association["RoleArn"])
+                    logical_id_of_arn(association["RoleArn"])
     return roles
 
 
-def _of_type(r: Resolver, kind: str) -> list[str]:
+def of_type(r: Resolver, kind: str) -> list[str]:
     return [lid for lid, res in r.resources.items() if res["Type"] == kind]
 
 
 def cluster_name(r: Resolver) -> str:
-    [cluster] = _of_type(r, "AWS::EKS::Cluster")
+    [cluster] = of_type(r, "AWS::EKS::Cluster")
     return r.ref(cluster)
 
 
 def cluster_arn(r: Resolver) -> str:
-    [cluster] = _of_type(r, "AWS::EKS::Cluster")
+    [cluster] = of_type(r, "AWS::EKS::Cluster")
     return r.get_att(cluster, "Arn")
 
 
@@ -156,7 +156,7 @@ def autoscaler_calls(r: Resolver, namespace="kube-system", service_account="clus
     principal, policies = _as(r, "Cluster Autoscaler", namespace, service_account)
     w, src = "Cluster Autoscaler", "cluster-autoscaler-1.36.1 cloudprovider/aws"
     calls = [Call(w, f"{src} README full-features policy", Request(principal, a, "*"), policies) for a in AUTOSCALER_READS]
-    for lid in _of_type(r, "AWS::EKS::Nodegroup"):
+    for lid in of_type(r, "AWS::EKS::Nodegroup"):
         scaling = r.properties(lid).get("ScalingConfig", {})
         if scaling.get("MinSize", 0) == scaling.get("MaxSize", 0):
             continue
@@ -194,7 +194,7 @@ def observability_calls(r: Resolver) -> list[Call]:
 
 def _bucket_policies(r: Resolver, bucket_name: str) -> tuple[Policy, ...]:
     return tuple(Policy(f"{lid} (bucket policy)", r.properties(lid)["PolicyDocument"], resource_based=True)
-                 for lid in _of_type(r, "AWS::S3::BucketPolicy") if r.properties(lid)["Bucket"] == bucket_name)
+                 for lid in of_type(r, "AWS::S3::BucketPolicy") if r.properties(lid)["Bucket"] == bucket_name)
 
 
 def ray_calls(r: Resolver, namespace: str, service_account: str) -> list[Call]:
@@ -204,7 +204,7 @@ def ray_calls(r: Resolver, namespace: str, service_account: str) -> list[Call]:
         return []
     principal, policies = _as(r, "Ray pods", namespace, service_account)
     calls = []
-    for lid in _of_type(r, "AWS::S3::Bucket"):
+    for lid in of_type(r, "AWS::S3::Bucket"):
         name, bucket_arn = r.ref(lid), r.get_att(lid, "Arn")
         every = policies + _bucket_policies(r, name)
         tls = {"aws:SecureTransport": "true"}
@@ -222,13 +222,13 @@ def kubectl_handler_calls(r: Resolver) -> list[Call]:
     handler writes its kubeconfig with `aws eks update-kubeconfig` (eks:DescribeCluster) before running kubectl
     or helm (aws-cdk-lib 2.275.0 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/apply/__init__.py)."""
     calls = []
-    for lid in _of_type(r, "AWS::Lambda::Function"):
+    for lid in of_type(r, "AWS::Lambda::Function"):
         env = r.resources[lid]["Properties"].get("Environment", {}).get("Variables", {})
         if "USER_ON_EVENT_FUNCTION_ARN" not in env:
             continue
-        handler = _logical_id_of_arn(env["USER_ON_EVENT_FUNCTION_ARN"])
-        framework_role = _logical_id_of_arn(r.resources[lid]["Properties"]["Role"])
-        handler_role = _logical_id_of_arn(r.resources[handler]["Properties"]["Role"])
+        handler = logical_id_of_arn(env["USER_ON_EVENT_FUNCTION_ARN"])
+        framework_role = logical_id_of_arn(r.resources[lid]["Properties"]["Role"])
+        handler_role = logical_id_of_arn(r.resources[handler]["Properties"]["Role"])
         calls.append(Call("kubectl provider framework", "aws-cdk-lib custom-resources framework onEvent",
                           Request(role_arn(r, framework_role), "lambda:InvokeFunction", r.get_att(handler, "Arn")),
                           role_policies(r, framework_role)))
@@ -262,8 +262,8 @@ def node_calls(r: Resolver, images: list[str]) -> list[Call]:
     credential provider for every private ECR image (ecr:GetAuthorizationToken, then the image's
     manifest and layers). Images on public registries are pulled anonymously: no IAM call."""
     calls = []
-    for lid in _of_type(r, "AWS::EKS::Nodegroup"):
-        role_id = _logical_id_of_arn(r.resources[lid]["Properties"]["NodeRole"])
+    for lid in of_type(r, "AWS::EKS::Nodegroup"):
+        role_id = logical_id_of_arn(r.resources[lid]["Properties"]["NodeRole"])
         principal, policies = role_arn(r, role_id), role_policies(r, role_id)
         w = f"node group {lid}"
         calls.append(Call(w, "eks-pod-identity-agent", Request(principal, "eks-auth:AssumeRoleForPodIdentity",
