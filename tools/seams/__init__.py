@@ -4,7 +4,7 @@ something else on the other side fails `make synth` instead of a deploy."""
 
 from __future__ import annotations
 
-from tools.seams import kube, node, order, workloads
+from tools.seams import capacity, kube, node, order, workloads
 from tools.seams.cfn import resolve_template
 
 
@@ -13,4 +13,4 @@ def check_template(template: dict) -> list[str]:
     r = resolve_template(template)
     manifests = [obj for _, obj, _ in kube.manifests(r)]
     return ([d.line() for d in workloads.denials(workloads.all_calls(r, manifests))]
-            + kube.problems(r) + node.problems(r, manifests) + order.problems(r))
+            + kube.problems(r) + node.problems(r, manifests) + order.problems(r) + capacity.problems(r))
