@@ -26,14 +26,15 @@ def tool_parser(prog: str, doc: str) -> argparse.ArgumentParser:
     return parser
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None, resolve_lookups: bool = True):
     """(options, the other arguments, validated settings or None after a one-line refusal).
 
-    Other arguments are kept, not refused: `make` passes all of CDK_ARGS, cdk flags included.
+    Other arguments are kept, not refused: `make` passes all of CDK_ARGS, cdk flags included. With resolve_lookups
+    false, gpu_availability_zone auto stays auto (preflight looks up what it stands for).
     """
     args, rest = parser.parse_known_args(argv)
     try:
-        return args, rest, settings_from_files(args.cdk_json, args.context)
+        return args, rest, settings_from_files(args.cdk_json, args.context, resolve_lookups)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return args, rest, None
