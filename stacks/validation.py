@@ -133,6 +133,11 @@ def _validate_capacity(s: Settings, context: typing.Mapping[str, typing.Any]) ->
     _require(s.gpu_capacity_type != "capacity-block" or s.capacity_reservation_id is not None,
              "gpu_capacity_type: capacity-block needs capacity_reservation_id, the Capacity Block's cr-... id "
              "(aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block)")
+    # Same page: "When upgrading managed node groups with Capacity Blocks, make sure that the desired size of the
+    # node group is set to 0", which a group of fixed nodes never is; and EKS scales it to 0 before the block ends.
+    _require(s.gpu_capacity_type != "capacity-block" or s.gpu_scale_to_zero,
+             "gpu_scale_to_zero: a capacity-block group needs it true: EKS updates such a group only at desired size "
+             "0 and scales it to 0 before the block ends; the autoscaler starts the nodes for each job")
     # A reservation holds on-demand capacity (or a block's): EC2 launches no spot instance into one.
     _require(s.gpu_capacity_type != "spot" or s.capacity_reservation_id is None,
              f"gpu_capacity_type: spot cannot launch into capacity_reservation_id {s.capacity_reservation_id} (a "

@@ -46,12 +46,14 @@ REFUSED = [
      r"^gpu_availability_zone: auto: the zones with capacity \(us-east-2c, probe 2026-12-01\) are not in "
      r"availability_zones \['us-east-2a', 'us-east-2b'\]; add one of them there$"),
     ({"gpu_spot_interruptions": 21}, r"^gpu_spot_interruptions: 21 must be between 0 and 20$"),
+    ({"gpu_capacity_type": "capacity-block", "capacity_reservation_id": BLOCK_ID, "gpu_scale_to_zero": False},
+     r"^gpu_scale_to_zero: a capacity-block group needs it true: EKS updates such a group only at desired size 0"),
 ]
 
 
 @pytest.mark.parametrize("overrides,message", REFUSED, ids=[
     "unknown-type", "block-without-id", "spot-with-reservation", "block-not-sold", "spot-not-sold", "zone-not-offered",
-    "auto-not-cached", "auto-outside-the-vpc", "interruptions"])
+    "auto-not-cached", "auto-outside-the-vpc", "interruptions", "block-with-fixed-nodes"])
 def test_what_cannot_be_bought_is_refused_in_one_line(overrides, message):
     with pytest.raises(SettingsError, match=message) as error:
         settings(**overrides)
