@@ -172,10 +172,11 @@ def autoscaler_calls(r: Resolver, namespace="kube-system", service_account="clus
         template = launch_template_of(r, lid)
         if template and template[1].get("InstanceType"):
             # The group's instance type is in its launch template (a Capacity Block's): to build a node from zero,
-            # aws_wrapper.go getInstanceTypeByLaunchTemplate reads it with DescribeLaunchTemplateVersions. A spot or
+            # aws_wrapper.go getInstanceTypeByLaunchTemplate reads it with DescribeLaunchTemplateVersions, on the
+            # template the ASG names (EKS's copy of ours, merged with its own user data: its id is EKS's). A spot or
             # on-demand group names its types on the group, which EKS turns into the ASG's mixed instances policy
-            # overrides: getInstanceTypesForAsgs takes the first, from DescribeAutoScalingGroups.
-            arn = f"arn:{PARTITION}:ec2:{r.region}:{ACCOUNT}:launch-template/{r.ref(template[0])}"
+            # overrides: getInstanceTypesForAsgs takes the first, from DescribeAutoScalingGroups (a read above).
+            arn = f"arn:{PARTITION}:ec2:{r.region}:{ACCOUNT}:launch-template/<EKS's copy of {r.ref(template[0])}>"
             calls.append(Call(w, f"{src} aws_wrapper.go getInstanceTypeByLaunchTemplate ({lid}, scale from zero)",
                               Request(principal, AUTOSCALER_LAUNCH_TEMPLATE_READ, arn), policies))
     return calls
