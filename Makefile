@@ -45,9 +45,12 @@ synth: $(VENV)/.synth-deps node_modules/.installed
 diff: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.deploy --diff --cdk $(CDK) $(CDK_ARGS)
 
-# Capacity, quota, EFA, reservation and version checks with your AWS credentials (read-only).
+# Capacity, quota, EFA, reservation and version checks with your AWS credentials (read-only), caching the zones,
+# offerings and spot prices for synth in cdk.context.json. PROBE=1 also probes on-demand capacity zone by zone: a
+# 1-instance capacity reservation made and cancelled at once (it says what that may cost first).
+PROBE ?=
 preflight: $(VENV)/.synth-deps node_modules/.installed
-	$(PY) -m tools.preflight $(CDK_ARGS)
+	$(PY) -m tools.preflight $(if $(PROBE),--probe) $(CDK_ARGS)
 
 # Preflight, deploy (you get cluster access unless admin_principal_arn is set), then follow the
 # job from the GPU nodes' scale-up to their return to zero, and end with what still bills.

@@ -47,6 +47,9 @@ WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanc
 # extractAllocatableResourcesFromTags) and the label its GPU handling waits on (aws_cloud_provider.go GPULabel).
 RESOURCE_TAG_PREFIX = "k8s.io/cluster-autoscaler/node-template/resources/"
 GPU_LABEL = "k8s.amazonaws.com/accelerator"
+# aws_wrapper.go getManagedNodegroupInfo sets it from DescribeNodegroup's capacityType (ON_DEMAND, SPOT,
+# CAPACITY_BLOCK), the label EKS puts on the group's nodes (EKS User Guide, "Managed node group capacity types").
+CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 # aws_wrapper.go taintEksTranslator: the EKS API's effects in Kubernetes' words.
 EKS_TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 
@@ -62,7 +65,8 @@ def template_node(vcpus: int, memory_mb: int, gpus: int, nodegroup: dict, cluste
       every group tag under RESOURCE_TAG_PREFIX as a resource (getManagedNodegroupInfo). EKS copies no
       group tag to the ASG, so a resource such as vpc.amazonaws.com/efa must be a group tag read there.
 
-    `nodegroup` is what DescribeNodegroup returns: {"labels": {...}, "taints": [{key, value, effect}], "tags": {...}}.
+    `nodegroup` is what DescribeNodegroup returns: {"labels": {...}, "taints": [{key, value, effect}], "tags": {...},
+    "capacityType": ...}.
     """
     capacity = {"cpu": str(vcpus), "memory": f"{memory_mb}Mi", "nvidia.com/gpu": str(gpus), "pods": "110"}
     for key, value in nodegroup.get("tags", {}).items():
@@ -70,6 +74,8 @@ def template_node(vcpus: int, memory_mb: int, gpus: int, nodegroup: dict, cluste
             capacity[key.removeprefix(RESOURCE_TAG_PREFIX)] = str(value)
     labels = {"cluster-name": cluster_name, "nodegroup-name": nodegroup_name,
               "eks.amazonaws.com/nodegroup": nodegroup_name, **nodegroup.get("labels", {})}
+    if nodegroup.get("capacityType"):  # getManagedNodegroupInfo: the group's capacity type, as EKS labels its nodes
+        labels[CAPACITY_TYPE_LABEL] = nodegroup["capacityType"]
     taints = [{"key": t["key"], "value": t["value"], "effect": EKS_TAINT_EFFECTS[t["effect"]]}
               for t in nodegroup.get("taints", [])]
     return {"metadata": {"labels": labels}, "spec": {"taints": taints}, "status": {"allocatable": capacity}}

@@ -9,7 +9,13 @@ from __future__ import annotations
 from planning.hardware import INSTANCE_TYPES, PRICES_AS_OF, InstanceSpec
 
 __all__ = ["INSTANCE_TYPES", "PRICES_AS_OF", "InstanceSpec", "EKS_CONTROL_PLANE_USD_PER_HOUR", "NAT_GATEWAY_USD_PER_HOUR",
-           "INTERFACE_ENDPOINT_USD_PER_AZ_HOUR"]
+           "INTERFACE_ENDPOINT_USD_PER_AZ_HOUR", "CAPACITY_TYPES", "PRICE_METADATA"]
+
+# How a node group's instances are bought: by EC2 usage class (DescribeInstanceTypes SupportedUsageClasses, the
+# settings' gpu_capacity_type), and the AWS::EKS::Nodegroup CapacityType EKS takes for each.
+CAPACITY_TYPES = {"on-demand": "ON_DEMAND", "spot": "SPOT", "capacity-block": "CAPACITY_BLOCK"}
+# The node group's resource metadata key holding a GPU node's hourly price and its basis (tools/review.py).
+PRICE_METADATA = "eks-fsdp-efa:price"
 
 # Hourly prices of the pieces that are not instances.
 NAT_GATEWAY_USD_PER_HOUR = 0.045
@@ -19,6 +25,8 @@ INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
 
 # On-Demand vCPU quota codes by instance family letter ("Running On-Demand ... instances").
 VCPU_QUOTA_CODES = {"g": "L-DB2E81BA", "p": "L-417A185B", "standard": "L-1216C47A"}
+# Spot vCPU quota codes by the same classes ("All G and VT Spot Instance Requests", "All P ...", "All Standard ...").
+SPOT_VCPU_QUOTA_CODES = {"g": "L-3819A6DF", "p": "L-7212CCBC", "standard": "L-34B43A08"}
 
 
 def vcpu_quota_class(instance_type: str) -> str | None:

@@ -11,7 +11,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct, IDependable
 
-from cdk_constructs.instance_types import INSTANCE_TYPES, InstanceSpec, efa_network_interfaces
+from cdk_constructs.instance_types import (CAPACITY_TYPES, INSTANCE_TYPES, PRICE_METADATA, InstanceSpec,
+                                           efa_network_interfaces)
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_NODE_LABELS = {"role": "gpu-worker", "nvidia.com/gpu.present": "true"}
@@ -66,6 +67,7 @@ def launch_template_data(
     placement_group_name: str | None = None,
     capacity_reservation_id: str | None = None,
     user_data: str | None = None,
+    capacity_block_instance_type: str | None = None,
 ) -> dict:
     """Launch-template data shared by both node groups.
 
@@ -73,6 +75,10 @@ def launch_template_data(
     can take the node role. The pods that need AWS use EKS Pod Identity; those that need IMDS
     (aws-node, kube-proxy, the Pod Identity agent) run on the host network. An encrypted gp3
     root volume. No subnet and no instance profile: the node group sets both.
+
+    A Capacity Block (EKS User Guide, "Create a managed node group with Capacity Blocks for ML"): the launch template
+    holds InstanceMarketOptions MarketType capacity-block, the block as CapacityReservationTarget, and the instance
+    type, which the node group then may not name (EKS User Guide, "Customize managed nodes with launch templates").
     """
     data: dict = {
         "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1, "HttpEndpoint": "enabled"},
@@ -93,6 +99,9 @@ def launch_template_data(
         data["CapacityReservationSpecification"] = {
             "CapacityReservationTarget": {"CapacityReservationId": capacity_reservation_id}
         }
+    if capacity_block_instance_type:
+        data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+        data["InstanceType"] = capacity_block_instance_type
     return data
 
 
@@ -159,6 +168,11 @@ class GpuNodeGroupProps:
     taint: bool = True
     placement_group: bool = True
     capacity_reservation_id: str | None = None
+    capacity_type: str = "on-demand"
+    """on-demand, spot or capacity-block (the reservation is then a Capacity Block)."""
+    price: dict | None = None
+    """What one node costs per hour and why (stacks.lookups.PriceBasis.as_metadata): the template's metadata for the
+    review and the measured bill."""
     scale_to_zero: bool = True
     """0 to node_count nodes, created with none (Cluster Autoscaler starts them); else node_count always."""
     requires: Sequence[IDependable] = ()
@@ -198,6 +212,9 @@ class GpuNodeGroup(Construct):
         interfaces = efa_network_interfaces(
             spec, [props.cluster.cluster_security_group_id, self.efa_security_group.security_group_id]
         )
+        capacity_block = props.capacity_type == "capacity-block"
+        if capacity_block and not props.capacity_reservation_id:
+            raise ValueError("GPU node group: a capacity-block group needs the Capacity Block's reservation id")
         self.launch_template = _launch_template(
             self,
             launch_template_data(
@@ -206,19 +223,20 @@ class GpuNodeGroup(Construct):
                 placement_group_name=self.placement_group.ref if self.placement_group else None,
                 capacity_reservation_id=props.capacity_reservation_id,
                 user_data=memlock_user_data(),
+                capacity_block_instance_type=props.instance_type if capacity_block else None,
             ),
         )
         self.role = node_role(self)
         # What DescribeNodegroup will return for the group: Cluster Autoscaler's template node comes from it.
         self.described = {
-            "labels": gpu_node_labels(spec), "tags": gpu_node_tags(spec),
+            "labels": gpu_node_labels(spec), "tags": gpu_node_tags(spec), "capacityType": CAPACITY_TYPES[props.capacity_type],
             "taints": [{"key": GPU_TAINT["key"], "value": GPU_TAINT["value"], "effect": "NO_SCHEDULE"}] if props.taint else [],
         }
         low = 0 if props.scale_to_zero else props.node_count
         self.nodegroup = props.cluster.add_nodegroup_capacity(
             "GpuNodes", node_role=self.role,
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-            capacity_type=eks.CapacityType.ON_DEMAND,
+            capacity_type=eks.CapacityType(CAPACITY_TYPES[props.capacity_type]),
             # Created empty when scaling from zero: `cdk deploy` never waits on GPU capacity, nor rolls back for it.
             min_size=low, desired_size=low, max_size=props.node_count,
             labels=dict(self.described["labels"]), tags=dict(self.described["tags"]),
@@ -230,8 +248,12 @@ class GpuNodeGroup(Construct):
             ),
         )
         # Set on the resource, not through instance_types: aws-cdk-lib's GPU-architecture table
-        # lacks some EFA types (p5) and would refuse the NVIDIA AMI; our own table validated it.
+        # lacks some EFA types (p5) and would refuse the NVIDIA AMI; our own table validated it. A Capacity
+        # Block's type is in the launch template, and EKS refuses it in both places.
         cfn_nodegroup = self.nodegroup.node.default_child
-        cfn_nodegroup.add_property_override("InstanceTypes", [props.instance_type])
+        if not capacity_block:
+            cfn_nodegroup.add_property_override("InstanceTypes", [props.instance_type])
+        if props.price is not None:
+            cfn_nodegroup.add_metadata(PRICE_METADATA, props.price)
         if props.requires:
             self.nodegroup.node.add_dependency(*props.requires)

@@ -12,6 +12,7 @@ import types
 import typing
 from pathlib import Path
 
+from stacks.lookups import resolve_gpu_zone
 from stacks.settings import Settings, SettingsError, TrainingSettings
 from stacks.validation import validate
 
@@ -97,11 +98,13 @@ def _build(cls: type, values: dict[str, typing.Any], prefix: str = "") -> typing
     return cls(**kwargs)
 
 
-def settings_from_context(context: typing.Mapping[str, typing.Any]) -> Settings:
-    """Build and validate Settings from CDK context (cdk.json merged with `-c`).
+def settings_from_context(context: typing.Mapping[str, typing.Any], resolve_lookups: bool = True) -> Settings:
+    """Build and validate Settings from CDK context (cdk.json merged with `-c`, and cdk.context.json's cached
+    lookups, stacks/lookups.py).
 
     Keys that are not settings are ignored only when CDK owns them (they contain ':' or
     start with 'aws-cdk' / '@aws-cdk'); any other unknown key is a typo and is refused.
+    With resolve_lookups false, gpu_availability_zone auto stays auto: preflight finds the zones it stands for.
     """
     known = {f.name for f in dataclasses.fields(Settings)}
     training_known = {f.name for f in dataclasses.fields(TrainingSettings)}
@@ -134,12 +137,16 @@ def settings_from_context(context: typing.Mapping[str, typing.Any]) -> Settings:
     if training:
         values["training"] = training
     settings = _build(Settings, values)
-    validate(settings)
+    if resolve_lookups:
+        settings = resolve_gpu_zone(settings, context)
+    validate(settings, context)
     return settings
 
 
-def settings_from_files(cdk_json: str | Path = "cdk.json", overrides: typing.Iterable[str] = ()) -> Settings:
-    """Settings as `cdk synth` builds them, for tools outside CDK: cdk.json's context, then `-c key=value`."""
+def settings_from_files(cdk_json: str | Path = "cdk.json", overrides: typing.Iterable[str] = (),
+                        resolve_lookups: bool = True) -> Settings:
+    """Settings as `cdk synth` builds them, for tools outside CDK: cdk.context.json's cached lookups beside cdk.json,
+    cdk.json's context, then `-c key=value`."""
     path = Path(cdk_json)
     if not path.is_file():
         raise SettingsError(f"{cdk_json}: no such file (run from the repository root, or pass the app's cdk.json)")
@@ -151,10 +158,21 @@ def settings_from_files(cdk_json: str | Path = "cdk.json", overrides: typing.Ite
         raise SettingsError(f"{cdk_json}: not JSON ({error.msg} at line {error.lineno})") from None
     if not isinstance(document, dict) or not isinstance(document.get("context", {}), dict):
         raise SettingsError(f"{cdk_json}: expected a JSON object with a \"context\" object, as cdk.json has")
-    context = dict(document.get("context", {}))
+    context = {**cached_lookups(path.parent / "cdk.context.json"), **document.get("context", {})}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SettingsError(f"-c {item!r}: expected key=value")
         context[key] = value
-    return settings_from_context(context)
+    return settings_from_context(context, resolve_lookups)
+
+
+def cached_lookups(context_file: Path) -> dict[str, typing.Any]:
+    """cdk.context.json's entries, as CDK hands them to the app ({} without the file)."""
+    if not context_file.is_file():
+        return {}
+    try:
+        cached = json.loads(context_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SettingsError(f"{context_file}: cannot be read as JSON ({error}); fix it or delete it") from None
+    return cached if isinstance(cached, dict) else {}

@@ -156,7 +156,9 @@ class Settings:
     availability_zones: tuple[str, ...] = ("us-east-2a", "us-east-2b")
     """AZs of the VPC (two to six, EKS needs two); kept here so synth does no lookup."""
     gpu_availability_zone: str = "us-east-2a"
-    """The one AZ of the GPU nodes (EFA traffic does not cross AZs); one of availability_zones."""
+    """The one AZ of the GPU nodes (EFA traffic does not cross AZs); one of availability_zones. auto: the first of
+    them in which `make preflight` found capacity for the GPU type (PROBE=1 probes on-demand capacity), cached in
+    cdk.context.json under gpu-zones:<region>:<type>:<capacity type> (stacks/lookups.py)."""
     vpc_cidr: str = "10.0.0.0/16"
     """VPC IPv4 range, /16 to /20; each AZ's private subnet gets an eighth of it (pods take VPC addresses)."""
     nat_gateways: int = 1
@@ -186,6 +188,14 @@ class Settings:
     """Number of GPU nodes, one Ray worker pod each (taking all of the node's GPUs)."""
     gpu_node_disk_gib: int = 200
     """Encrypted gp3 root volume of each GPU node; the training image is large."""
+    gpu_capacity_type: str = "on-demand"
+    """How the GPU nodes are bought: on-demand; spot (the managed node group's SPOT capacity: up to ~90% off, and
+    EC2 may reclaim a node with a 2-minute notice; README "Choosing a capacity type"); or capacity-block (a Capacity
+    Block for ML given as capacity_reservation_id: paid upfront, its instances end with the block)."""
+    gpu_spot_interruptions: int = 3
+    """Spot only: the interruptions a run is sized to ride through, added to training.max_failures (a reclaimed
+    node's worker that Ray counts as a failure) and to training.backoff_limit (a fresh cluster when no replacement
+    node came within training.pre_running_deadline_seconds)."""
     gpu_scale_to_zero: bool = True
     """GPU nodes start when a job's workers wait for them and stop after it (Cluster Autoscaler, 0 to
     gpu_node_count nodes); false keeps gpu_node_count nodes running from deploy to destroy."""
@@ -198,10 +208,12 @@ class Settings:
     gpu_node_taint: bool = True
     """Taint GPU nodes nvidia.com/gpu=true:NoSchedule so only GPU workloads land there."""
     capacity_reservation_id: str | None = None
-    """On-Demand Capacity Reservation to launch the GPU nodes into (cr- and 17 hex digits)."""
+    """On-Demand Capacity Reservation, or with gpu_capacity_type capacity-block the Capacity Block, to launch the GPU
+    nodes into (cr- and 17 hex digits)."""
     placement_group: str = "auto"
     """Cluster placement group: on, off, or auto (on unless a capacity reservation is set; on with a
-    reservation is refused, since a reservation launches only into the group it was made in)."""
+    reservation is refused, since a reservation launches only into the group it was made in). A Capacity Block
+    needs none: EC2 places its instances close together in an UltraCluster (EC2 API Reference, CapacityBlock)."""
     log_retention_days: int = 30
     """Retention of every log group the stack makes: EKS control plane, VPC flow logs, its Lambdas."""
     tags: dict[str, str] = field(default_factory=lambda: {"project": "eks-fsdp-efa"})
@@ -214,6 +226,16 @@ class Settings:
         if self.placement_group == "auto":
             return self.capacity_reservation_id is None
         return self.placement_group == "on"
+
+    @property
+    def interruption_retries(self) -> int:
+        """Retries added for spot interruptions (gpu_spot_interruptions), none for other capacity."""
+        return self.gpu_spot_interruptions if self.gpu_capacity_type == "spot" else 0
+
+    @property
+    def backoff_limit(self) -> int:
+        """The RayJob's backoffLimit: training.backoff_limit and the spot interruptions."""
+        return self.training.backoff_limit + self.interruption_retries
 
     @property
     def eks_cluster_name(self) -> str:
@@ -245,7 +267,10 @@ def trainer_options(s: Settings) -> dict[str, typing.Any]:
         f.metadata["trainer_option"] or f.name: getattr(s.training, f.name)
         for f in dataclasses.fields(TrainingSettings) if "trainer_option" in f.metadata
     }
-    return options | {"workers": s.training_workers, "instance_type": s.gpu_instance_type}
+    # A lost node's replacement is waited for as long as a new cluster's nodes are: pre_running_deadline_seconds.
+    return options | {"workers": s.training_workers, "instance_type": s.gpu_instance_type,
+                      "max_failures": s.training.max_failures + s.interruption_retries,
+                      "node_wait_s": s.training.pre_running_deadline_seconds}
 
 
 def planned_trainer_options(s: Settings) -> tuple[dict[str, typing.Any], str | None]:
@@ -275,4 +300,5 @@ def _setting_of_option(option: str) -> str:
     for f in dataclasses.fields(TrainingSettings):
         if "trainer_option" in f.metadata and (f.metadata["trainer_option"] or f.name) == option:
             return f"training.{f.name}"
-    return {"workers": "gpu_node_count", "instance_type": "gpu_instance_type"}.get(option, option)
+    return {"workers": "gpu_node_count", "instance_type": "gpu_instance_type",
+            "node_wait_s": "training.pre_running_deadline_seconds"}.get(option, option)

@@ -18,6 +18,7 @@ from cdk_constructs.node_groups import GpuNodeGroup, GpuNodeGroupProps, SystemNo
 from cdk_constructs.observability import Observability, ObservabilityProps
 from cdk_constructs.training_workload import TrainingWorkload, TrainingWorkloadProps
 from cdk_constructs.vpc_cni import VpcCni, VpcCniProps
+from stacks.lookups import price_basis
 from stacks.nag import add_nag_suppressions
 from stacks.outputs import job_outputs
 from stacks.settings import Settings, planned_trainer_options
@@ -90,6 +91,9 @@ class EfaTrainingStack(Stack):
                 taint=s.gpu_node_taint,
                 placement_group=s.use_placement_group,
                 capacity_reservation_id=s.capacity_reservation_id,
+                capacity_type=s.gpu_capacity_type,
+                # The spot price preflight cached comes in as context from cdk.context.json, as CDK's lookups do.
+                price=price_basis(s, self.node.get_all_context()).as_metadata(),
                 scale_to_zero=s.gpu_scale_to_zero,
                 requires=(self.vpc_cni.addon,)))
 
@@ -127,7 +131,7 @@ class EfaTrainingStack(Stack):
                 gpus_per_worker=spec.gpus, efa_per_worker=spec.efa_interfaces,
                 cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
                 trainer_options=options, auto_line=auto_line, requires=(self.kuberay, self.device_plugins),
-                rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=t.backoff_limit,
+                rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds, backoff_limit=s.backoff_limit,
                 submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished,
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,
                 kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,

@@ -9,10 +9,12 @@ import functools
 import ipaddress
 import re
 import shlex
+import typing
 
 from cdk_constructs.cluster import KUBECTL_LAYERS
 from cdk_constructs.instance_types import INSTANCE_TYPES
 from cdk_constructs.log_groups import RETENTION_DAYS
+from stacks.lookups import AUTO_ZONE, CAPACITY_TYPES, offering_problem
 from stacks.settings import Settings, SettingsError, TrainingSettings, _setting_of_option, planned_trainer_options
 
 
@@ -56,8 +58,8 @@ def _require(ok: bool, message: str) -> None:
         raise SettingsError(message)
 
 
-def validate(s: Settings) -> None:
-    """Every cross-field and range rule, in one place."""
+def validate(s: Settings, context: typing.Mapping[str, typing.Any] | None = None) -> None:
+    """Every cross-field and range rule, in one place; `context` holds the cached lookups (stacks/lookups.py)."""
     _require(re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,99}", s.stack_name) is not None,
              f"stack_name: {s.stack_name!r} must start with a letter and hold only letters, digits and '-', "
              "at most 100 characters (it also names the EKS cluster)")
@@ -71,8 +73,10 @@ def validate(s: Settings) -> None:
     for az in s.availability_zones:
         _require(re.fullmatch(re.escape(s.region) + r"[a-z]", az) is not None,
                  f"availability_zones: {az!r} is not an AZ of region {s.region} (expected {s.region}a, {s.region}b, ...)")
-    _require(s.gpu_availability_zone in s.availability_zones,
-             f"gpu_availability_zone: {s.gpu_availability_zone!r} must be one of availability_zones {list(s.availability_zones)}")
+    # auto is still auto only where preflight asked for the settings before it looked the zones up.
+    _require(s.gpu_availability_zone in s.availability_zones or s.gpu_availability_zone == AUTO_ZONE,
+             f"gpu_availability_zone: {s.gpu_availability_zone!r} must be one of availability_zones "
+             f"{list(s.availability_zones)}, or auto")
     _validate_vpc_cidr(s.vpc_cidr)
     # The pods reach the Hugging Face Hub through the NAT; with the image cache, ECR's first pull of a tag over the
     # interface endpoints needs it too (Amazon ECR User Guide, "Amazon ECR interface VPC endpoints", considerations).
@@ -124,11 +128,34 @@ def validate(s: Settings) -> None:
     _require(not (s.capacity_reservation_id and s.placement_group == "on"),
              "placement_group: on with capacity_reservation_id cannot launch: the stack makes a new cluster placement "
              "group and a reservation launches only into the group it was created in; use auto or off")
+    _validate_capacity(s, context or {})
     _require(s.log_retention_days in RETENTION_DAYS,
              f"log_retention_days: {s.log_retention_days} is not a CloudWatch retention; allowed: "
              f"{', '.join(map(str, RETENTION_DAYS))}")
     _validate_tags(s.tags)
     _validate_training(s)
+
+
+def _validate_capacity(s: Settings, context: typing.Mapping[str, typing.Any]) -> None:
+    _require(s.gpu_capacity_type in CAPACITY_TYPES,
+             f"gpu_capacity_type: {s.gpu_capacity_type!r} must be one of {', '.join(CAPACITY_TYPES)}")
+    # EKS User Guide, "Create a managed node group with Capacity Blocks for ML": the launch template targets the block.
+    _require(s.gpu_capacity_type != "capacity-block" or s.capacity_reservation_id is not None,
+             "gpu_capacity_type: capacity-block needs capacity_reservation_id, the Capacity Block's cr-... id "
+             "(aws ec2 describe-capacity-reservations --filters Name=reservation-type,Values=capacity-block)")
+    # Same page: "When upgrading managed node groups with Capacity Blocks, make sure that the desired size of the
+    # node group is set to 0", which a group of fixed nodes never is; and EKS scales it to 0 before the block ends.
+    _require(s.gpu_capacity_type != "capacity-block" or s.gpu_scale_to_zero,
+             "gpu_scale_to_zero: a capacity-block group needs it true: EKS updates such a group only at desired size "
+             "0 and scales it to 0 before the block ends; the autoscaler starts the nodes for each job")
+    # A reservation holds on-demand capacity (or a block's): EC2 launches no spot instance into one.
+    _require(s.gpu_capacity_type != "spot" or s.capacity_reservation_id is None,
+             f"gpu_capacity_type: spot cannot launch into capacity_reservation_id {s.capacity_reservation_id} (a "
+             "reservation holds on-demand capacity); unset it, or use on-demand")
+    _require(0 <= s.gpu_spot_interruptions <= 20,
+             f"gpu_spot_interruptions: {s.gpu_spot_interruptions} must be between 0 and 20")
+    problem = offering_problem(s, context)
+    _require(problem is None, problem or "")
 
 
 def _validate_region(region: str) -> None:

@@ -69,6 +69,13 @@ def template_for(**overrides):
     return _templates[key]
 
 
+# p5 nodes on a Capacity Block behind a private endpoint: one synthesis shared by the files that check each side
+# of it (cfn-lint and cdk-nag, the launch template, the seams, the review).
+CAPACITY_BLOCK = {"gpu_instance_type": "p5.48xlarge", "gpu_capacity_type": "capacity-block",
+                  "capacity_reservation_id": "cr-0123456789abcdef0",
+                  "admin_principal_arn": "arn:aws:iam::123456789012:role/admin", "endpoint_access": "private"}
+
+
 @pytest.fixture(scope="session")
 def template():
     """The default deployment's template."""
@@ -116,7 +123,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     job = rm.RayJobSpec(
         namespace="training", cluster=pods, trainer_options=options, auto_line=auto_line, storage_path=STORAGE_PLACEHOLDER,
         rerun=t.rerun, active_deadline_seconds=t.active_deadline_seconds,
-        pre_running_deadline_seconds=t.pre_running_deadline_seconds, backoff_limit=t.backoff_limit,
+        pre_running_deadline_seconds=t.pre_running_deadline_seconds, backoff_limit=s.backoff_limit,
         submitter_backoff_limit=t.submitter_backoff_limit, ttl_seconds_after_finished=t.ttl_seconds_after_finished)
     return {"RayJob": rm.ray_job_manifest(job), "ConfigMap": rm.job_configmap(job)}
 

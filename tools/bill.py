@@ -10,6 +10,10 @@ leaving running), and prices it at the instance type's on-demand rate.
 EC2's rules, from its documentation: Linux on-demand instances bill per second with a 60-second minimum
 (aws.amazon.com/ec2/pricing/on-demand, "Per second billing"); an instance bills only while running, not
 while pending, shutting-down or terminated (EC2 User Guide, "Instance state changes", the billing column).
+A spot instance pays the spot price in effect at the start of each instance-hour, billed per second (Amazon EC2 Spot
+whitepaper, "How Spot Instances work"; the 2017 pricing change), and nothing for a first hour that EC2 interrupted
+(EC2 User Guide, "Billing for interrupted Spot Instances"). A Capacity Block's instances were paid for with the
+block (EC2 User Guide, "Capacity Blocks pricing and billing"): they add nothing per run.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 MINIMUM_BILLED_S = 60
+HOUR_S = 3600
+# StateReason.Code of a spot instance EC2 reclaimed (EC2 User Guide, "Find interrupted Spot Instances").
+SPOT_TERMINATION = "Server.SpotInstanceTermination"
 PHASES = ("boot", "image pull", "training", "TTL", "scale-down")
 # EC2's StateTransitionReason for a terminated or stopped instance: "User initiated (2025-06-01 10:31:12 GMT)".
 _LEFT_RUNNING = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
@@ -84,6 +91,11 @@ class InstanceLife:
     running_from: datetime
     running_until: datetime | None
     """None while it still runs."""
+    lifecycle: str | None = None
+    """EC2's InstanceLifecycle: spot, capacity-block, or None (on-demand)."""
+    zone: str = ""
+    interrupted: bool = False
+    """EC2 reclaimed it (a spot interruption)."""
 
 
 def instance_lives(ec2, instance_ids: list[str], pending_seen: dict[str, datetime] | None = None) -> dict[str, InstanceLife]:
@@ -100,9 +112,49 @@ def instance_lives(ec2, instance_ids: list[str], pending_seen: dict[str, datetim
         if instance["State"]["Name"] not in ("pending", "running"):
             found = _LEFT_RUNNING.search(instance.get("StateTransitionReason", ""))
             left = datetime.fromisoformat(found.group(1)).replace(tzinfo=timezone.utc) if found else None
-        lives[instance["InstanceId"]] = InstanceLife(instance["InstanceId"], instance["InstanceType"],
-                                                     max(launched, pending) if pending else launched, left)
+        lives[instance["InstanceId"]] = InstanceLife(
+            instance["InstanceId"], instance["InstanceType"], max(launched, pending) if pending else launched, left,
+            instance.get("InstanceLifecycle"), instance.get("Placement", {}).get("AvailabilityZone", ""),
+            instance.get("StateReason", {}).get("Code") == SPOT_TERMINATION)
     return lives
+
+
+def spot_hour_prices(ec2, lives: dict[str, InstanceLife], now: datetime) -> dict[str, list[float]]:
+    """Per spot instance, the Linux/UNIX spot price of its type and zone in effect at the start of each of its
+    instance-hours (DescribeSpotPriceHistory from that moment: its first record is the price then in effect)."""
+    prices = {}
+    for life in lives.values():
+        if life.lifecycle != "spot":
+            continue
+        until = life.running_until or now
+        hours = max(1, -(-int((until - life.running_from).total_seconds()) // HOUR_S))
+        prices[life.instance_id] = []
+        for hour in range(hours):
+            start = life.running_from + timedelta(seconds=hour * HOUR_S)
+            history = ec2.describe_spot_price_history(
+                InstanceTypes=[life.instance_type], ProductDescriptions=["Linux/UNIX"], AvailabilityZone=life.zone,
+                StartTime=start, EndTime=start)["SpotPriceHistory"]
+            in_effect = [h for h in history if timestamp(h["Timestamp"]) <= start] or history
+            if not in_effect:
+                break  # EC2 keeps 90 days of history; a price it no longer has is not guessed
+            prices[life.instance_id].append(float(max(in_effect, key=lambda h: timestamp(h["Timestamp"]))["SpotPrice"]))
+    return prices
+
+
+def instance_usd(life: InstanceLife, billed_s: float, usd_per_hour: dict[str, float],
+                 hour_prices: dict[str, list[float]]) -> float:
+    """What EC2 charges for one instance's billed seconds, by how it was bought."""
+    if life.lifecycle == "capacity-block":
+        return 0.0
+    if life.lifecycle != "spot":
+        return billed_s * usd_per_hour.get(life.instance_type, 0.0) / HOUR_S
+    if life.interrupted and billed_s < HOUR_S:
+        return 0.0
+    hourly = hour_prices.get(life.instance_id)
+    if not hourly:  # no price known: the on-demand price, spot's default maximum
+        return billed_s * usd_per_hour.get(life.instance_type, 0.0) / HOUR_S
+    hours = [min(HOUR_S, billed_s - k * HOUR_S) for k in range(len(hourly)) if billed_s > k * HOUR_S]
+    return sum(price * seconds / HOUR_S for price, seconds in zip(hourly, hours))
 
 
 @dataclass
@@ -112,6 +164,7 @@ class NodeBill:
     phases_s: dict[str, float]
     billed_s: float
     usd: float
+    lifecycle: str | None = None
 
 
 @dataclass
@@ -129,8 +182,9 @@ def _span(start: datetime | None, end: datetime | None) -> float:
 
 
 def measure(records: list[NodeRecord], lives: dict[str, InstanceLife], job_end: datetime | None,
-            usd_per_hour: dict[str, float], now: datetime) -> Bill:
-    """The bill of the GPU nodes: per node, its phases and its cost (an instance still running is priced up to now)."""
+            usd_per_hour: dict[str, float], now: datetime, spot_prices: dict[str, list[float]] | None = None) -> Bill:
+    """The bill of the GPU nodes: per node, its phases and its cost (an instance still running is priced up to now);
+    usd_per_hour holds on-demand prices by type, spot_prices each spot instance's prices by instance-hour."""
     bill = Bill()
     for record in records:
         life = lives.get(record.instance_id)
@@ -147,7 +201,7 @@ def measure(records: list[NodeRecord], lives: dict[str, InstanceLife], job_end: 
         phases = {name: _span(a, b) for name, a, b in zip(PHASES, marks, marks[1:])}
         billed = max(_span(life.running_from, until), MINIMUM_BILLED_S)
         bill.nodes.append(NodeBill(record.name, life.instance_type, phases, billed,
-                                   billed * usd_per_hour.get(life.instance_type, 0.0) / 3600))
+                                   instance_usd(life, billed, usd_per_hour, spot_prices or {}), life.lifecycle))
     return bill
 
 
@@ -158,6 +212,11 @@ def bill_line(bill: Bill, estimate_usd: float | None) -> str:
     mean = {name: sum(node.phases_s[name] for node in bill.nodes) / len(bill.nodes) / 60 for name in PHASES}
     phases = ", ".join(f"{name} {minutes:.1f}" for name, minutes in mean.items())
     line = f"measured GPU bill: ${bill.usd:.2f} for {len(bill.nodes)} node(s) (minutes per node: {phases})"
+    bought = {node.lifecycle for node in bill.nodes}
+    if "spot" in bought:
+        line += " at the spot price in effect at each instance-hour's start"
+    if "capacity-block" in bought:
+        line += " (Capacity Block instances: paid with the block)"
     if bill.still_running:
         line += f", still running: {', '.join(bill.still_running)} (priced up to now)"
     if estimate_usd:

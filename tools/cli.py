@@ -68,11 +68,12 @@ def unknown_option(parser: argparse.ArgumentParser, rest: list[str], known: froz
     return None
 
 
-def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None, resolve_lookups: bool = True):
     """(options, the other arguments, validated settings or None after a one-line refusal).
 
     Other arguments are kept for cdk: `make` passes all of CDK_ARGS, cdk flags included; an option that is
-    neither the tool's nor cdk's (a typo, an option the tool no longer has) is refused.
+    neither the tool's nor cdk's (a typo, an option the tool no longer has) is refused. With resolve_lookups
+    false, gpu_availability_zone auto stays auto (preflight looks up what it stands for).
     """
     args, rest = parser.parse_known_args(argv)
     refusal = unknown_option(parser, rest, cdk_flags())
@@ -80,7 +81,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
         print(f"error: {refusal}", file=sys.stderr)
         return args, rest, None
     try:
-        return args, rest, settings_from_files(args.cdk_json, args.context)
+        return args, rest, settings_from_files(args.cdk_json, args.context, resolve_lookups)
     except SettingsError as error:
         print(f"error: {error}", file=sys.stderr)
         return args, rest, None

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.deploy", __doc__)
     parser.add_argument("--cdk", default="cdk", help="the CDK CLI to run")
     parser.add_argument("--diff", action="store_true", help="run `cdk diff` with the filled-in settings, nothing else")
-    args, cdk_args, s = parse(parser, argv)
+    # gpu_availability_zone auto is looked up by the preflight this runs first
+    args, cdk_args, s = parse(parser, argv, resolve_lookups=False)
     if s is None:
         return 2
     import boto3

@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from pathlib import Path
 
-from cdk_constructs.instance_types import INSTANCE_TYPES, VCPU_QUOTA_CODES, vcpu_quota_class
-from stacks.settings import Settings
+from cdk_constructs.instance_types import INSTANCE_TYPES, SPOT_VCPU_QUOTA_CODES, VCPU_QUOTA_CODES, vcpu_quota_class
+from planning.model_config import CONTEXT_FILE
+from stacks.lookups import save as save_lookups
+from stacks.settings import Settings, SettingsError
 from stacks.validation import EKS_CREATABLE_VERSIONS
+from tools import capacity_checks as capacity
 from tools.cli import parse, tool_parser
+from tools.verdicts import FAIL, PASS, WARN, Check
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+__all__ = ["FAIL", "PASS", "WARN", "Check", "main", "run_checks"]
+
 QUOTA_NAMES = {"g": "Running On-Demand G and VT instances", "p": "Running On-Demand P instances",
                "standard": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"}
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: str
-    reason: str
-    fix: str = ""
+# EC2 User Guide, "Spot Instance quotas": spot has quotas of its own, in vCPUs of running and requested instances.
+SPOT_QUOTA_NAMES = {"g": "All G and VT Spot Instance Requests", "p": "All P Spot Instance Requests",
+                    "standard": "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"}
 
 
 # ---------------------------------------------------------------- the checks (one AWS question each)
@@ -97,7 +97,8 @@ def check_efa(ec2, instance_type: str) -> Check:
     return Check("EFA support", PASS, f"{instance_type} supports EFA with {interfaces} interface(s), {agreement}")
 
 
-def _vcpus_in_use(ec2, quota_class: str) -> int:
+def _vcpus_in_use(ec2, quota_class: str, spot: bool = False) -> int:
+    """vCPUs of the pending and running instances of a quota class: the spot ones, or the others."""
     counts: dict[str, int] = {}
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
@@ -105,7 +106,7 @@ def _vcpus_in_use(ec2, quota_class: str) -> int:
         for reservation in page["Reservations"]:
             for instance in reservation["Instances"]:
                 kind = instance["InstanceType"]
-                if vcpu_quota_class(kind) == quota_class:
+                if vcpu_quota_class(kind) == quota_class and (instance.get("InstanceLifecycle") == "spot") == spot:
                     counts[kind] = counts.get(kind, 0) + 1
     if not counts:
         return 0
@@ -125,17 +126,23 @@ def _quota_value(quotas, code: str) -> int:
         return int(quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"])
 
 
-def check_vcpu_quota(quotas, ec2, instance_type: str, count: int, region: str, role: str) -> Check:
+def check_vcpu_quota(quotas, ec2, instance_type: str, count: int, region: str, role: str,
+                     market: str = "on-demand") -> Check:
     name = f"vCPU quota ({role})"
     quota_class = vcpu_quota_class(instance_type)
+    if market == "capacity-block":
+        return Check(name, PASS, f"{count} x {instance_type} come from the Capacity Block, bought with its own limits; "
+                     "the On-Demand vCPU quota is not checked")
     if quota_class is None:
         return Check(name, WARN, f"{instance_type} counts against a quota this check does not know",
                      "check it in the Service Quotas console")
-    code = VCPU_QUOTA_CODES[quota_class]
+    spot = market == "spot"
+    code = (SPOT_VCPU_QUOTA_CODES if spot else VCPU_QUOTA_CODES)[quota_class]
     need = INSTANCE_TYPES[instance_type].vcpus * count
     limit = _quota_value(quotas, code)
-    used = _vcpus_in_use(ec2, quota_class)
-    what = f"{count} x {instance_type} need {need} vCPU; quota '{QUOTA_NAMES[quota_class]}' ({code}) is {limit}, {used} in use"
+    used = _vcpus_in_use(ec2, quota_class, spot)
+    quota = (SPOT_QUOTA_NAMES if spot else QUOTA_NAMES)[quota_class]
+    what = f"{count} x {instance_type} need {need} vCPU; quota '{quota}' ({code}) is {limit}, {used} in use"
     if limit - used >= need:
         return Check(name, PASS, what)
     desired = int(math.ceil((used + need) / 4) * 4)
@@ -158,6 +165,9 @@ def check_capacity_reservation(ec2, s: Settings) -> list[Check]:
         return [Check(name, FAIL, f"{s.capacity_reservation_id} does not exist in {s.region}",
                       "check the id and region, or set -c capacity_reservation_id=null")]
     cr = found[0]
+    if cr.get("ReservationType") == "capacity-block":  # launched only with MarketType capacity-block
+        return [Check(name, FAIL, f"{s.capacity_reservation_id} is a Capacity Block, which on-demand nodes cannot use",
+                      "-c gpu_capacity_type=capacity-block")]
     problems = []
     if cr.get("State") != "active":
         problems.append(f"its state is {cr.get('State')}, not active")
@@ -259,23 +269,42 @@ def check_pull_through_cache_rule(ecr, cloudformation, s: Settings) -> Check:
 # ---------------------------------------------------------------- running and reporting
 
 
-def run_checks(session, s: Settings) -> list[Check]:
+def run_checks(session, s: Settings, probe: bool = False, cache: dict | None = None) -> list[Check]:
+    """Every check, in order. What the capacity checks look up goes into `cache` (cdk.context.json's entries)."""
+    from stacks.lookups import AUTO_ZONE, resolve_gpu_zone
+
+    cache = {} if cache is None else cache
     ec2 = session.client("ec2", region_name=s.region)
     eks = session.client("eks", region_name=s.region)
     quotas = session.client("service-quotas", region_name=s.region)
     [region] = _guarded("region", lambda: check_region(ec2, s.region))
     if region.verdict == FAIL:
         return [region]
-    return [
+    checks = [
         region,
         *_guarded("kubernetes version", lambda: check_kubernetes_version(eks, s.kubernetes_version)),
+        *_guarded("capacity type", lambda: capacity.check_capacity_type(ec2, s, cache)),
+        *_guarded("zones", lambda: capacity.check_zones(ec2, s, cache, probe)),
+    ]
+    if s.gpu_availability_zone == AUTO_ZONE:
+        try:
+            s = resolve_gpu_zone(s, cache)
+        except SettingsError as error:
+            return checks + [Check("gpu zone", FAIL, str(error), "see the zones line")]
+        checks.append(Check("gpu zone", PASS, f"auto is {s.gpu_availability_zone}"))
+    if s.gpu_capacity_type == "capacity-block":
+        reservation = lambda: capacity.check_capacity_block(ec2, s, capacity.predicted_job_s(s))  # noqa: E731
+    else:
+        reservation = lambda: check_capacity_reservation(ec2, s)  # noqa: E731
+    return checks + [
         *_guarded("offered in AZ", lambda: check_offered(ec2, s.gpu_instance_type, s.gpu_availability_zone)),
         *_guarded("EFA support", lambda: check_efa(ec2, s.gpu_instance_type)),
         *_guarded("vCPU quota (GPU nodes)", lambda: check_vcpu_quota(
-            quotas, ec2, s.gpu_instance_type, s.gpu_node_count, s.region, "GPU nodes")),
+            quotas, ec2, s.gpu_instance_type, s.gpu_node_count, s.region, "GPU nodes", s.gpu_capacity_type)),
         *_guarded("vCPU quota (system nodes)", lambda: check_vcpu_quota(
             quotas, ec2, s.system_instance_type, s.system_node_count, s.region, "system nodes")),
-        *_guarded("capacity reservation", lambda: check_capacity_reservation(ec2, s)),
+        *_guarded("capacity reservation", reservation),
+        *([capacity.spot_price_check(s, cache)] if s.gpu_capacity_type == "spot" else []),
         *_guarded("leftover log groups", lambda: check_leftover_log_groups(
             session.client("logs", region_name=s.region), session.client("cloudformation", region_name=s.region), s)),
         *_guarded("pull-through cache rule", lambda: check_pull_through_cache_rule(
@@ -310,7 +339,10 @@ def format_table(checks: list[Check]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.preflight", __doc__)
-    args, _, settings = parse(parser, argv)
+    parser.add_argument("--probe", action="store_true",
+                        help="probe on-demand capacity in every zone that offers the GPU type: a 1-instance capacity "
+                             "reservation made and cancelled at once per zone (billed per second while it exists)")
+    args, _, settings = parse(parser, argv, resolve_lookups=False)
     if settings is None:
         return 2
     import boto3
@@ -327,8 +359,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: AWS credentials were refused: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
     print(f"preflight for stack {settings.stack_name} in {settings.region}, account {identity['Account']}")
-    checks = run_checks(session, settings)
+    cache: dict = {}
+    try:
+        checks = run_checks(session, settings, args.probe, cache)
+    except KeyboardInterrupt:  # the probe has cancelled what it made (tools/capacity_checks.py probe_zones)
+        print("preflight stopped (Ctrl-C); the probe cancelled the reservations it made (one it could not is named "
+              "above)", file=sys.stderr)
+        return 130
+    finally:  # what was looked up is kept, also when it stopped
+        save_lookups(cache, Path(args.cdk_json).resolve().parent / CONTEXT_FILE)
     print(format_table(checks))
+    if cache:
+        print(f"cached in {CONTEXT_FILE} for synth: {', '.join(sorted(cache))}")
     failed = [c for c in checks if c.verdict == FAIL]
     print(f"{len(failed)} FAIL, {sum(c.verdict == WARN for c in checks)} WARN, {sum(c.verdict == PASS for c in checks)} PASS")
     return 1 if failed else 0

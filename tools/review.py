@@ -8,6 +8,7 @@ and every suppression with its reason.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import shlex
@@ -20,6 +21,7 @@ from cdk_constructs.instance_types import (
     INSTANCE_TYPES,
     INTERFACE_ENDPOINT_USD_PER_AZ_HOUR,
     NAT_GATEWAY_USD_PER_HOUR,
+    PRICE_METADATA,
     PRICES_AS_OF,
 )
 
@@ -61,6 +63,50 @@ rate): every GPU node that starts pulls the whole image from ECR Public through 
 GB_PER_GIB = 2**30 / 1e9
 
 
+def nodegroup_instance_type(resources: dict, props: dict) -> str | None:
+    """A node group's instance type: its InstanceTypes, or its launch template's InstanceType (a Capacity Block's:
+    EKS takes the type in one place only)."""
+    if props.get("InstanceTypes"):
+        return props["InstanceTypes"][0]
+    reference = (props.get("LaunchTemplate") or {}).get("Id")
+    template_id = reference.get("Ref") if isinstance(reference, dict) else None
+    return resources.get(template_id, {}).get("Properties", {}).get("LaunchTemplateData", {}).get("InstanceType")
+
+
+def node_price(resource: dict, spec) -> tuple[float, str]:
+    """(USD per node-hour, its basis) of a node group: what the synth priced it at (the GPU group's metadata: spot or a
+    Capacity Block), else the type's on-demand list price."""
+    priced = resource.get("Metadata", {}).get(PRICE_METADATA)
+    if priced:
+        return float(priced["usd_per_hour"]), priced["basis"]
+    return (spec.usd_per_hour if spec else 0.0), f"on-demand list price ({PRICES_AS_OF})"
+
+
+def _gpu_groups(template: dict) -> list[tuple[dict, object]]:
+    """(resource, instance spec) of every node group of a GPU type."""
+    resources = template.get("Resources", {})
+    found = []
+    for resource in resources.values():
+        if resource["Type"] == "AWS::EKS::Nodegroup":
+            spec = INSTANCE_TYPES.get(nodegroup_instance_type(resources, resource["Properties"]) or "")
+            if spec and spec.gpus:
+                found.append((resource, spec))
+    return found
+
+
+def _moving_price_note(template: dict) -> str:
+    """Said beside a figure priced at a market price: the price the synth saw is not the one a run will pay."""
+    moving = [r for r, _ in _gpu_groups(template) if r.get("Metadata", {}).get(PRICE_METADATA, {}).get("moves")]
+    return "; at the spot price of the GPU price basis line, which moves" if moving else ""
+
+
+def price_basis_line(template: dict) -> str | None:
+    """How the GPU nodes are bought and priced: the basis every GPU figure of the review uses."""
+    lines = [f"GPU price basis: {r['Properties'].get('CapacityType', 'ON_DEMAND')}, ${node_price(r, spec)[0]:.4f}/h per "
+             f"node: {node_price(r, spec)[1]}" for r, spec in _gpu_groups(template)]
+    return lines[0] if lines else None
+
+
 def _manifests(template: dict, kind: str) -> list[dict]:
     resources = template.get("Resources", {}).values()
     found = [json.loads(_rendered(r["Properties"]["Manifest"]).replace("deploy-time-value", "bucket"))
@@ -91,6 +137,9 @@ def _job_plan(template: dict):
     if model is None or spec is None or not spec.gpus:
         return None
     cluster = cluster_of(spec.name, cfg.workers // spec.gpus)
+    priced = [node_price(r, s)[0] for r, s in _gpu_groups(template) if s.name == spec.name]
+    if priced:  # the plan's run cost at the price the GPU nodes are bought at (spot, a Capacity Block)
+        cluster = dataclasses.replace(cluster, usd_per_hour=priced[0] * cluster.nodes)
     work = Workload(seq_len=cfg.seq_len, micro_batch=cfg.micro_batch, grad_accum=cfg.grad_accum,
                     activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
                     steps=cfg.steps, lora_rank=cfg.lora_rank)
@@ -146,9 +195,7 @@ def _scale_down_s(template: dict) -> float | None:
 
 def _gpu_nodes_per_job(template: dict) -> int:
     """The GPU nodes a job starts: the GPU group's maximum."""
-    groups = [r["Properties"] for r in template.get("Resources", {}).values() if r["Type"] == "AWS::EKS::Nodegroup"]
-    return max((g["ScalingConfig"]["MaxSize"] for g in groups
-                if (spec := INSTANCE_TYPES.get(g["InstanceTypes"][0])) and spec.gpus), default=0)
+    return max((r["Properties"]["ScalingConfig"]["MaxSize"] for r, _ in _gpu_groups(template)), default=0)
 
 
 def image_pull_usd(nodes: int) -> float:
@@ -192,11 +239,9 @@ def job_billed_s(template: dict) -> tuple[float, float, float, float] | None:
 def gpu_usd_per_hour(template: dict) -> float:
     """What the autoscaled GPU nodes cost per hour while a job runs (above their idle minimum)."""
     busy = 0.0
-    for resource in template.get("Resources", {}).values():
-        if resource["Type"] == "AWS::EKS::Nodegroup":
-            spec = INSTANCE_TYPES.get(resource["Properties"]["InstanceTypes"][0])
-            scaling = resource["Properties"]["ScalingConfig"]
-            busy += spec.usd_per_hour * (scaling["MaxSize"] - scaling["MinSize"]) if spec and spec.gpus else 0.0
+    for resource, spec in _gpu_groups(template):
+        scaling = resource["Properties"]["ScalingConfig"]
+        busy += node_price(resource, spec)[0] * (scaling["MaxSize"] - scaling["MinSize"])
     return busy
 
 
@@ -227,7 +272,7 @@ def job_cost_lines(template: dict, gpu_usd_per_hour: float) -> list[str]:
     lines.append(f"per run: ~${gpu_usd_per_hour * billed_s / 3600:,.2f} of GPU nodes (${gpu_usd_per_hour:.2f}/h for "
                  f"~{billed_s / 60:.0f} min: start ~{start / 60:.0f} + training ~{found[1].run_s / 60:.0f} + "
                  f"TTL {ttl / 60:g} + scale-down {scale_down / 60:g}) + {_image_pull_text(template, nodes)}, "
-                 "on top of the idle cost")
+                 "on top of the idle cost" + _moving_price_note(template))
     lines += partial_capacity_lines(jobs[0]["spec"], gpu_usd_per_hour / max(nodes, 1), scale_down)
     return lines
 
@@ -288,11 +333,11 @@ def review_lines(template: dict) -> list[str]:
         if resource["Type"] != "AWS::EKS::Nodegroup":
             continue
         props = resource["Properties"]
-        instance_type = props["InstanceTypes"][0]
+        instance_type = nodegroup_instance_type(resources, props)
         scaling = props["ScalingConfig"]
         low, high = scaling["MinSize"], scaling["MaxSize"]
-        spec = INSTANCE_TYPES.get(instance_type)
-        price = spec.usd_per_hour if spec else 0.0
+        spec = INSTANCE_TYPES.get(instance_type or "")
+        price = node_price(resource, spec)[0]
         idle += price * low
         busy_gpu += price * (high - low) if spec and spec.gpus else 0.0
         role = props.get("Labels", {}).get("role", "nodes")
@@ -312,6 +357,7 @@ def review_lines(template: dict) -> list[str]:
         lines.append(f"interface endpoints: {endpoint_azs} endpoint-AZ(s): "
                      f"${endpoint_azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR:.3f}/h (plus $0.01/GB processed)")
     lines.append(f"placement group: {'cluster' if types.get('AWS::EC2::PlacementGroup') else 'none'}")
+    lines += filter(None, [price_basis_line(template)])
     lines.append(f"idle cost (no job running): ${idle:.2f}/hour (${idle * 24:.0f}/day; {PRICES_AS_OF}; "
                  "excludes storage, data transfer and logs)")
     plan = training_plan_line(template)

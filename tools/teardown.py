@@ -109,7 +109,8 @@ def kept_report(kept: list[Kept]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.teardown", __doc__)
     parser.add_argument("--cdk", default="cdk", help="the CDK CLI to run")
-    args, cdk_args, s = parse(parser, argv)
+    # whatever gpu_availability_zone auto stood for, destroy needs only the stack's name and region
+    args, cdk_args, s = parse(parser, argv, resolve_lookups=False)
     if s is None:
         return 2
     import boto3

@@ -363,7 +363,13 @@ def measured_bill_line(session, s: Settings, recorder: NodeRecorder, pending: di
     except (BotoCoreError, ClientError) as error:
         return f"measured GPU bill: EC2 unreadable ({str(error).splitlines()[0][:120]})"
     prices = {name: spec.usd_per_hour for name, spec in INSTANCE_TYPES.items()}
-    measured = bill.measure(records, lives, bill.timestamp(finished.get("end")), prices, datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
+    try:
+        spot = bill.spot_hour_prices(session.client("ec2", region_name=s.region), lives, now)
+    except (BotoCoreError, ClientError) as error:  # priced at on-demand, spot's ceiling, and said so
+        print(f"(spot price history unreadable, spot nodes priced at on-demand: {str(error).splitlines()[0][:120]})")
+        spot = {}
+    measured = bill.measure(records, lives, bill.timestamp(finished.get("end")), prices, now, spot)
     estimate = synth_estimate_usd(s)
     if finished.get("run"):
         try:

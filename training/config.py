@@ -186,6 +186,9 @@ class TrainConfig:
     """Write checkpoints in the background (training pauses only to copy the shards to CPU memory)."""
     max_failures: int = 0
     """Worker-group restarts from the last checkpoint that Ray Train may make."""
+    node_wait_s: int = -1
+    """Seconds in all that Ray Train waits for its workers' nodes after restarts before the run fails (-1: no limit,
+    Ray's default); training/failures.py."""
     workers: int = 2
     """Training workers (one per GPU on a cluster)."""
     local: bool = False
@@ -278,6 +281,8 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(0 <= c.checkpoint_every <= c.steps,
             f"--checkpoint-every: {c.checkpoint_every} must be between 0 (only at the end) and the number of steps ({c.steps})")
     require(-1 <= c.max_failures <= 1000, f"--max-failures: {c.max_failures} must be -1 (unlimited) or between 0 and 1000")
+    require(c.node_wait_s == -1 or 0 <= c.node_wait_s <= 7 * 86400,
+            f"--node-wait-s: {c.node_wait_s} must be -1 (no limit) or between 0 and 604800")
     require(1 <= c.loss_chunk_tokens <= MAX_LOSS_CHUNK_TOKENS,
             f"--loss-chunk-tokens: {c.loss_chunk_tokens} must be between 1 and {MAX_LOSS_CHUNK_TOKENS}")
     require(c.sharding in SHARDINGS, f"--sharding: {c.sharding!r} must be one of {', '.join(SHARDINGS)}")

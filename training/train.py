@@ -443,6 +443,8 @@ def fit(cfg: TrainConfig) -> dict:
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from training.failures import failure_config_options
+
     started = time.time()
     if not ray.is_initialized():
         if cfg.local:
@@ -463,7 +465,7 @@ def fit(cfg: TrainConfig) -> dict:
                                      resources_per_worker=None if use_gpu else {"CPU": 1}),
         run_config=RunConfig(
             name=cfg.run_name, storage_path=storage_uri(cfg.storage_path),
-            failure_config=FailureConfig(max_failures=cfg.max_failures),
+            failure_config=FailureConfig(**failure_config_options(cfg.max_failures, cfg.node_wait_s)),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets or None,

@@ -167,3 +167,83 @@ def test_the_watch_prices_the_recorded_nodes_and_writes_the_bill_into_the_run_su
     assert line.startswith("measured GPU bill: $0.08 for 1 node(s)")
     written = json.loads((tmp_path / "run_summary.json").read_text())
     assert written["final_step"] == 8 and written["bill"]["measured_usd"] == pytest.approx(0.0767, abs=1e-4)
+
+
+# ------------------------------------------------------------------ spot and Capacity Block nodes
+
+START = datetime(2026, 12, 5, 22, 0, tzinfo=timezone.utc)
+
+
+def bought(lifecycle: str | None, seconds: float, interrupted: bool = False) -> bill.InstanceLife:
+    return bill.InstanceLife("i-1", "g6.12xlarge", START, START + timedelta(seconds=seconds), lifecycle, "us-east-2a",
+                             interrupted)
+
+
+def test_a_spot_instance_pays_the_price_in_effect_at_the_start_of_each_instance_hour():
+    """5,400 s at $1.20 for the first hour and $1.50 from the second hour's start: 1.20 + 1.50 x 0.5 = $1.95; the
+    on-demand price would have been $6.90."""
+    usd = bill.instance_usd(bought("spot", 5400), 5400, PRICES, {"i-1": [1.20, 1.50]})
+    assert usd == pytest.approx(1.95)
+
+
+def test_a_spot_instance_ec2_reclaims_in_its_first_hour_is_not_charged():
+    """EC2 User Guide, "Billing for interrupted Spot Instances": Linux, interrupted by EC2 in the first hour: no charge;
+    after it, the seconds used."""
+    assert bill.instance_usd(bought("spot", 1800, interrupted=True), 1800, PRICES, {"i-1": [1.20]}) == 0.0
+    assert bill.instance_usd(bought("spot", 5400, interrupted=True), 5400, PRICES, {"i-1": [1.20, 1.50]}) == \
+        pytest.approx(1.95)
+    assert bill.instance_usd(bought("spot", 1800), 1800, PRICES, {"i-1": [1.20]}) == pytest.approx(0.60)
+
+
+def test_a_capacity_block_instance_adds_nothing_and_an_unpriced_spot_one_is_priced_at_on_demand():
+    assert bill.instance_usd(bought("capacity-block", 3600), 3600, PRICES, {}) == 0.0
+    assert bill.instance_usd(bought("spot", 3600), 3600, PRICES, {}) == pytest.approx(4.6016)
+
+
+def test_the_spot_prices_are_read_for_each_instance_hour_from_the_price_history():
+    """DescribeSpotPriceHistory from an hour's start lists the price then in effect first (set 21:40, before the
+    22:00 start) and later changes; the one in effect at the start is taken."""
+    from botocore.stub import Stubber
+
+    client = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    for hour, (in_effect, later) in enumerate([(1.20, 1.35), (1.50, 1.10)]):
+        start = START + timedelta(hours=hour)
+        stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+            {"AvailabilityZone": "us-east-2a", "InstanceType": "g6.12xlarge", "ProductDescription": "Linux/UNIX",
+             "SpotPrice": str(later), "Timestamp": start + timedelta(minutes=20)},
+            {"AvailabilityZone": "us-east-2a", "InstanceType": "g6.12xlarge", "ProductDescription": "Linux/UNIX",
+             "SpotPrice": str(in_effect), "Timestamp": start - timedelta(minutes=20)}]},
+            {"InstanceTypes": ["g6.12xlarge"], "ProductDescriptions": ["Linux/UNIX"], "AvailabilityZone": "us-east-2a",
+             "StartTime": start, "EndTime": start})
+    stub.activate()
+    lives = {"i-1": bought("spot", 5400), "i-2": bill.InstanceLife("i-2", "g6.12xlarge", START, None)}
+    assert bill.spot_hour_prices(client, lives, AFTER) == {"i-1": [1.20, 1.50]}  # the on-demand i-2 needs none
+    stub.assert_no_pending_responses()
+
+
+def test_the_watch_line_says_the_spot_price_basis():
+    node = bill.NodeBill("gpu-1", "g6.12xlarge", dict.fromkeys(bill.PHASES, 60.0), 300, 0.10, "spot")
+    assert bill.bill_line(bill.Bill([node]), None).startswith(
+        "measured GPU bill: $0.10 for 1 node(s) (minutes per node: boot 1.0, image pull 1.0, training 1.0, TTL 1.0, "
+        "scale-down 1.0) at the spot price in effect at each instance-hour's start")
+
+
+def test_how_an_instance_was_bought_and_ended_is_read_from_ec2():
+    """DescribeInstances: InstanceLifecycle spot, its zone, and StateReason Server.SpotInstanceTermination when EC2
+    reclaimed it (EC2 User Guide, "Find interrupted Spot Instances")."""
+    reclaimed = {"InstanceId": "i-9", "InstanceType": "g6.12xlarge", "LaunchTime": START, "InstanceLifecycle": "spot",
+                 "Placement": {"AvailabilityZone": "us-east-2b"}, "State": {"Name": "terminated"},
+                 "StateReason": {"Code": "Server.SpotInstanceTermination"},
+                 "StateTransitionReason": "Service initiated (2026-12-05 22:30:00 GMT)"}
+
+    class Ec2:
+        def get_paginator(self, name):
+            return self
+
+        def paginate(self, InstanceIds):
+            return [{"Reservations": [{"Instances": [reclaimed]}]}]
+
+    life = bill.instance_lives(Ec2(), ["i-9"])["i-9"]
+    assert (life.lifecycle, life.zone, life.interrupted) == ("spot", "us-east-2b", True)
+    assert life.running_until == START + timedelta(minutes=30)

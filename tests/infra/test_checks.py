@@ -12,19 +12,21 @@ import pytest
 from aws_cdk.assertions import Annotations, Match
 from cdk_nag import AwsSolutionsChecks
 
-from tests.conftest import synth_stack, template_for
+from tests.conftest import CAPACITY_BLOCK, synth_stack, template_for
+from tests.infra.test_stack_settings_reach_the_template import CHANGED_WITH_LOOKUPS
 from tools.review import review_lines
 
 VARIANTS = {
     "default": {},
-    "p5-reservation": {"gpu_instance_type": "p5.48xlarge", "capacity_reservation_id": "cr-0123456789abcdef0",
-                       "admin_principal_arn": "arn:aws:iam::123456789012:role/admin", "endpoint_access": "private"},
+    "p5-capacity-block": CAPACITY_BLOCK,
 }
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [*VARIANTS, "every-setting-moved-on-spot"])
 def test_cfn_lint_reports_no_errors(variant):
-    matches = cfnlint.api.lint(json.dumps(template_for(**VARIANTS[variant]).to_json()), regions=["us-east-2"])
+    overrides = VARIANTS.get(variant, CHANGED_WITH_LOOKUPS)  # spot: the template of every moved setting, synthesized once
+    region = overrides.get("region", "us-east-2")
+    matches = cfnlint.api.lint(json.dumps(template_for(**overrides).to_json()), regions=[region])
     errors = [f"{m.rule.id} {m.message}" for m in matches if m.rule.severity == "error"]
     assert errors == []
 
@@ -112,7 +114,7 @@ def test_the_reviews_training_plan_runs_on_the_deployments_nodes(template):
 
     line, _ = review.training_estimate(template.to_json())
     assert line.startswith("training: 2 x g6.12xlarge, ")
-    p5 = review.training_estimate(template_for(**VARIANTS["p5-reservation"]).to_json())[0]
+    p5 = review.training_estimate(template_for(**VARIANTS["p5-capacity-block"]).to_json())[0]
     assert p5.startswith("training: 2 x p5.48xlarge, ")  # 16 workers, 8 H100 per node
 
 

@@ -289,9 +289,9 @@ def test_tags_on_resources(template):
     template.has_resource_properties("AWS::EC2::VPC", {"Tags": Match.array_with([{"Key": "project", "Value": "eks-fsdp-efa"}])})
 
 
-@pytest.mark.parametrize("overrides", [{}, {"gpu_instance_type": "p5.48xlarge", "capacity_reservation_id": "cr-0123456789abcdef0"}])
-def test_gpu_nodes_are_on_demand(overrides):
-    """On-Demand: what preflight's quota check counts ("Running On-Demand ... instances") and the only kind a
-    capacity reservation serves (EC2 User Guide, "On-Demand Capacity Reservations"); Spot nodes could also be
-    reclaimed mid-run with two minutes' notice."""
+@pytest.mark.parametrize("overrides", [{}, {"capacity_reservation_id": "cr-0123456789abcdef0"}])
+def test_gpu_nodes_are_on_demand_by_default_and_with_a_reservation(overrides):
+    """On-Demand: what preflight's quota check counts ("Running On-Demand ... instances") and the only kind an
+    On-Demand Capacity Reservation serves (EC2 User Guide, "On-Demand Capacity Reservations"); spot and Capacity
+    Blocks are asked for by gpu_capacity_type (tests/infra/test_capacity.py)."""
     assert gpu_nodegroup(template_for(**overrides))["Properties"]["CapacityType"] == "ON_DEMAND"

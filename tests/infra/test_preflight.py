@@ -254,15 +254,24 @@ def test_kubernetes_version_falls_back_to_the_table_when_eks_cannot_be_asked():
     assert check == Check("kubernetes version", PASS, "1.36 is in the project's creatable list (EKS not asked: AccessDeniedException)")
 
 
-def test_whole_preflight_on_moto_exits_zero_and_prints_the_table(aws, capsys, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    assert preflight.main([]) == 0
+@pytest.fixture
+def app(tmp_path):
+    """The app's cdk.json and cdk.context.json in a folder of their own: preflight caches its lookups beside cdk.json."""
+    for name in ("cdk.json", "cdk.context.json"):
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    return tmp_path
+
+
+def test_whole_preflight_on_moto_exits_zero_and_prints_the_table(aws, capsys, app):
+    assert preflight.main(["--cdk-json", str(app / "cdk.json")]) == 0
     assert capsys.readouterr().out == WHOLE_RUN
 
 
 WHOLE_RUN = """preflight for stack EksFsdpEfa in us-east-2, account 123456789012
 PASS  region                     us-east-2 is enabled (opt-in-not-required)
 PASS  kubernetes version         1.36 is in the project's creatable list (EKS not asked: ClientError)
+PASS  capacity type              g6.12xlarge can be bought as on-demand in us-east-2
+PASS  zones                      g6.12xlarge on-demand: offered in us-east-2a, us-east-2b, us-east-2c (capacity not probed: PROBE=1 probes it)
 PASS  offered in AZ              g6.12xlarge is offered in us-east-2a
 PASS  EFA support                g6.12xlarge supports EFA with 1 interface(s), as the table says
 PASS  vCPU quota (GPU nodes)     2 x g6.12xlarge need 96 vCPU; quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 96, 0 in use
@@ -270,8 +279,18 @@ PASS  vCPU quota (system nodes)  1 x m7i.xlarge need 4 vCPU; quota 'Running On-D
 PASS  capacity reservation       none configured (On-Demand capacity)
 PASS  leftover log groups        none of the stack's 5 log groups exists yet
 PASS  pull-through cache rule    no rule of prefix ecr-public yet
-0 FAIL, 0 WARN, 9 PASS
+cached in cdk.context.json for synth: gpu-zones:us-east-2:g6.12xlarge:on-demand, instance-type-offerings:us-east-2:g6.12xlarge
+0 FAIL, 0 WARN, 11 PASS
 """
+
+
+def test_the_whole_run_caches_what_synth_reads_beside_the_apps_cdk_json(aws, app):
+    """moto's EC2 data (from AWS's own listings): g6.12xlarge sold on-demand and spot in three us-east-2 zones."""
+    preflight.main(["--cdk-json", str(app / "cdk.json")])
+    cached = json.loads((app / "cdk.context.json").read_text())
+    assert cached["instance-type-offerings:us-east-2:g6.12xlarge"]["usage_classes"] == ["on-demand", "spot"]
+    assert cached["gpu-zones:us-east-2:g6.12xlarge:on-demand"]["zones"] == ["us-east-2a", "us-east-2b", "us-east-2c"]
+    assert "model-config:Qwen/Qwen2.5-1.5B@main" in cached  # the planner's cache is kept
 
 
 class RefusingSession:
@@ -315,6 +334,8 @@ def test_every_refused_call_is_a_fail_under_its_checks_name(monkeypatch):
     kubernetes = Check("kubernetes version", PASS, "1.36 is in the project's creatable list (EKS not asked: ClientError)")
     assert preflight.run_checks(RefusingSession(), settings("capacity_reservation_id=cr-0123456789abcdef0")) == [
         Check("region", PASS, "enabled"), kubernetes,
+        Check("capacity type", FAIL, "could not check: describe_instance_types failed with AccessDenied", REFUSED),
+        Check("zones", FAIL, "could not check: describe_availability_zones failed with AccessDenied", REFUSED),
         Check("offered in AZ", FAIL, "could not check: describe_instance_type_offerings failed with AccessDenied", REFUSED),
         Check("EFA support", FAIL, "could not check: describe_instance_types failed with AccessDenied", REFUSED),
         Check("vCPU quota (GPU nodes)", FAIL, "could not check: get_service_quota failed with AccessDenied", REFUSED),
@@ -328,10 +349,9 @@ def test_every_refused_call_is_a_fail_under_its_checks_name(monkeypatch):
     ]
 
 
-def test_whole_preflight_exits_one_on_a_short_quota(aws, capsys, monkeypatch):
-    monkeypatch.chdir(ROOT)
+def test_whole_preflight_exits_one_on_a_short_quota(aws, capsys, app):
     aws[G_QUOTA], aws[STANDARD_QUOTA] = 48.0, 2.0
-    assert preflight.main([]) == 1
+    assert preflight.main(["--cdk-json", str(app / "cdk.json")]) == 1
     out = capsys.readouterr().out
     assert "FAIL  vCPU quota (GPU nodes)" in out and "--quota-code L-DB2E81BA --desired-value 96 --region us-east-2" in out
     assert "FAIL  vCPU quota (system nodes)" in out and "--quota-code L-1216C47A --desired-value 4 --region us-east-2" in out

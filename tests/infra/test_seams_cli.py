@@ -15,7 +15,7 @@ BROKEN = {"Resources": {
         "ManagedPolicyArns": ["arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy"]}},
     "Gpu": {"Type": "AWS::EKS::Nodegroup", "Properties": {
         "ClusterName": {"Ref": "Cluster"}, "NodeRole": {"Fn::GetAtt": ["NodeRole", "Arn"]},
-        "LaunchTemplate": {"Id": {"Ref": "Template"}}}}}}
+        "InstanceTypes": ["g6.12xlarge"], "LaunchTemplate": {"Id": {"Ref": "Template"}}}}}}
 
 
 def test_a_broken_seam_fails_with_one_line_naming_it(tmp_path, capsys):

@@ -472,8 +472,9 @@ def test_the_context_of_a_cdk_json_is_what_the_settings_are_made_of(tmp_path):
 
 
 KNOWN_SETTINGS = ("account, admin_principal_arn, availability_zones, capacity_reservation_id, endpoint_access, "
-                  "endpoint_public_cidrs, gpu_availability_zone, gpu_instance_type, gpu_node_count, gpu_node_disk_gib, "
-                  "gpu_node_taint, gpu_scale_down_delay_minutes, gpu_scale_to_zero, image_pull_through_cache, kubernetes_version, "
+                  "endpoint_public_cidrs, gpu_availability_zone, gpu_capacity_type, gpu_instance_type, gpu_node_count, "
+                  "gpu_node_disk_gib, gpu_node_taint, gpu_scale_down_delay_minutes, gpu_scale_to_zero, gpu_spot_interruptions, "
+                  "image_pull_through_cache, kubernetes_version, "
                   "log_retention_days, nat_gateways, placement_group, region, stack_name, system_instance_type, "
                   "system_node_count, system_node_disk_gib, tags, training, vpc_cidr")
 REFUSED_IN_FULL = [

@@ -25,7 +25,9 @@ CHANGED = {
     "account": "123456789012",
     "region": "us-west-2",
     "availability_zones": "us-west-2a,us-west-2b,us-west-2c",
-    "gpu_availability_zone": "us-west-2c",
+    "gpu_availability_zone": "auto",
+    "gpu_capacity_type": "spot",
+    "gpu_spot_interruptions": "4",
     "vpc_cidr": "10.8.0.0/18",
     "nat_gateways": "2",
     "endpoint_public_cidrs": "203.0.113.0/24",
@@ -50,11 +52,22 @@ CHANGED = {
     "training.rerun": "2",
     "training.checkpoint_bucket_auto_delete": "true",
 }
+# What `make preflight` caches in cdk.context.json and CDK hands the app as context (stacks/lookups.py): auto's
+# zones (us-west-2d first, which the VPC lacks), the offering, and the spot prices.
+LOOKUPS = {
+    "gpu-zones:us-west-2:g6.12xlarge:spot": {"zones": ["us-west-2d", "us-west-2c", "us-west-2a"],
+                                              "basis": "spot placement score", "as_of": "2026-12-01T09:00:00Z"},
+    "instance-type-offerings:us-west-2:g6.12xlarge": {"usage_classes": ["on-demand", "spot"],
+                                                      "zones": ["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"]},
+    "spot-price:us-west-2:g6.12xlarge": {"zones": {"us-west-2a": 2.0311, "us-west-2c": 1.7124},
+                                         "as_of": "2026-12-01T09:00:00Z"},
+}
+CHANGED_WITH_LOOKUPS = CHANGED | LOOKUPS
 
 
 @pytest.fixture(scope="module")
 def changed():
-    return template_for(**CHANGED)
+    return template_for(**CHANGED_WITH_LOOKUPS)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +104,7 @@ def test_the_values_are_not_the_defaults():
     from stacks.context import settings_from_context
     from tests.conftest import base_context
 
-    default, moved = settings_from_context(base_context()), settings_from_context(base_context() | CHANGED)
+    default, moved = settings_from_context(base_context()), settings_from_context(base_context() | CHANGED_WITH_LOOKUPS)
     for key in CHANGED:
         field = key.removeprefix("training.")
         holder = (lambda s: s.training) if key.startswith("training.") else (lambda s: s)
@@ -117,9 +130,31 @@ def test_availability_zones_are_the_subnets_zones(changed):
     assert zones == ["us-west-2a", "us-west-2a", "us-west-2b", "us-west-2b", "us-west-2c", "us-west-2c"]
 
 
-def test_gpu_availability_zone_holds_the_gpu_nodes_one_subnet(changed):
+def test_gpu_availability_zone_auto_is_the_first_cached_zone_with_capacity_that_the_vpc_has(changed):
     [subnet] = gpu_nodegroup(changed)["Subnets"]
     assert changed.to_json()["Resources"][subnet["Ref"]]["Properties"]["AvailabilityZone"] == "us-west-2c"
+
+
+def test_gpu_capacity_type_is_the_node_groups_capacity_type(changed):
+    assert gpu_nodegroup(changed)["CapacityType"] == "SPOT"
+
+
+def test_the_spot_price_of_the_gpu_zone_is_what_the_template_prices_a_node_at(changed):
+    [group] = [r for r in resources_of(changed, "AWS::EKS::Nodegroup").values()
+               if r["Properties"]["AmiType"] == "AL2023_x86_64_NVIDIA"]
+    price = group["Metadata"]["eks-fsdp-efa:price"]
+    assert (price["usd_per_hour"], price["moves"]) == (1.7124, True)  # us-west-2c's, not us-west-2a's 2.0311
+    assert price["basis"].startswith("spot price in us-west-2c as of 2026-12-01T09:00:00Z (37% of on-demand")
+
+
+def test_gpu_spot_interruptions_add_to_the_job_retries_and_ray_trains(ray_job):
+    """training.backoff_limit 2 + 4 interruptions = 6 fresh-cluster retries; training.max_failures 3 + 4 = 7."""
+    assert ray_job["spec"]["backoffLimit"] == 6
+    assert "--max-failures=7" in shlex.split(ray_job["spec"]["entrypoint"])
+
+
+def test_pre_running_deadline_bounds_the_wait_for_a_lost_nodes_replacement(ray_job):
+    assert "--node-wait-s=900" in shlex.split(ray_job["spec"]["entrypoint"])
 
 
 def test_vpc_cidr_is_the_vpcs_block(changed):
@@ -200,7 +235,7 @@ def test_hf_token_secret_becomes_the_pods_hf_token(ray_job):
 @pytest.mark.parametrize("path,value", [
     (("activeDeadlineSeconds",), 7200),
     (("preRunningDeadlineSeconds",), 900),
-    (("backoffLimit",), 2),
+    (("backoffLimit",), 6),  # training.backoff_limit 2 and gpu_spot_interruptions 4
     (("submitterConfig", "backoffLimit"), 3),
     (("ttlSecondsAfterFinished",), 600),
 ])

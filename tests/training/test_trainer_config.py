@@ -13,6 +13,8 @@ from training.inputs import check_inputs
 from training.train import main
 
 REFUSED = [
+    (["--node-wait-s", "-2"], r"--node-wait-s: -2 must be -1 \(no limit\) or between 0 and 604800"),
+    (["--node-wait-s", "604801"], r"--node-wait-s: 604801 must be -1 \(no limit\) or between 0 and 604800"),
     (["--steps", "0"], r"--steps: 0 must be between 1 and 10,000,000"),
     (["--steps", "-3"], r"--steps: -3 must be between 1 and"),
     (["--steps", str(MAX_STEPS + 1)], r"--steps: 10000001 must be between 1 and 10,000,000"),

@@ -4,7 +4,7 @@ something else on the other side fails `make synth` instead of a deploy."""
 
 from __future__ import annotations
 
-from tools.seams import kube, node, order, registry, workloads
+from tools.seams import capacity, kube, node, order, registry, workloads
 from tools.seams.cfn import resolve_template
 
 
@@ -14,4 +14,5 @@ def check_template(template: dict) -> list[str]:
     manifests = [obj for _, obj, _ in kube.manifests(r)]
     calls = workloads.all_calls(r, manifests) + registry.import_calls(r)
     return ([d.line() for d in workloads.denials(calls)]
-            + kube.problems(r) + registry.problems(r) + node.problems(r, manifests) + order.problems(r))
+            + kube.problems(r) + registry.problems(r) + node.problems(r, manifests) + order.problems(r)
+            + capacity.problems(r))

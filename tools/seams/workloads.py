@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tools.seams.cfn import ACCOUNT, PARTITION, Resolver, SeamError
 from tools.seams.iam import Decision, Policy, Request, closest_statements, evaluate
 from tools.seams.managed_policies import MANAGED_POLICIES
+from tools.seams.node import launch_template_of
 
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
@@ -32,6 +33,7 @@ AUTOSCALER_READS = (
 # (auto_scaling_groups.go: SetDesiredCapacity to scale up, TerminateInstanceInAutoScalingGroup to scale down).
 AUTOSCALER_DESCRIBE_NODEGROUP = "eks:DescribeNodegroup"
 AUTOSCALER_WRITES = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
+AUTOSCALER_LAUNCH_TEMPLATE_READ = "ec2:DescribeLaunchTemplateVersions"
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,16 @@ def autoscaler_calls(r: Resolver, namespace="kube-system", service_account="clus
                           Request(principal, AUTOSCALER_DESCRIBE_NODEGROUP, r.get_att(lid, "Arn")), policies))
         calls += [Call(w, f"{src} auto_scaling_groups.go ({lid})", Request(principal, a, asg, tags), policies)
                   for a in AUTOSCALER_WRITES]
+        template = launch_template_of(r, lid)
+        if template and template[1].get("InstanceType"):
+            # The group's instance type is in its launch template (a Capacity Block's): to build a node from zero,
+            # aws_wrapper.go getInstanceTypeByLaunchTemplate reads it with DescribeLaunchTemplateVersions, on the
+            # template the ASG names (EKS's copy of ours, merged with its own user data: its id is EKS's). A spot or
+            # on-demand group names its types on the group, which EKS turns into the ASG's mixed instances policy
+            # overrides: getInstanceTypesForAsgs takes the first, from DescribeAutoScalingGroups (a read above).
+            arn = f"arn:{PARTITION}:ec2:{r.region}:{ACCOUNT}:launch-template/<EKS's copy of {r.ref(template[0])}>"
+            calls.append(Call(w, f"{src} aws_wrapper.go getInstanceTypeByLaunchTemplate ({lid}, scale from zero)",
+                              Request(principal, AUTOSCALER_LAUNCH_TEMPLATE_READ, arn), policies))
     return calls
 
 

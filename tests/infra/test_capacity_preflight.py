@@ -1,0 +1,377 @@
+"""Preflight's capacity checks (tools/capacity_checks.py) against recorded EC2 answers: moto's EC2 where it has the
+API (instance types and offerings, quotas), botocore's Stubber where it does not (spot placement scores, spot price
+history in a known shape, capacity reservations and Capacity Blocks). Nothing here reaches AWS.
+
+The probe's cleanup is tried at its worst moments: Ctrl-C before a cancel, Ctrl-C after EC2 made a reservation but
+before its answer came back, and an error that stops the probe half-way."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from botocore.stub import ANY, Stubber
+
+from stacks.context import settings_from_files
+from tests.conftest import ROOT
+from tests.infra.test_preflight import aws, app  # noqa: F401  (fixtures)
+from tools import capacity_checks as capacity
+from tools import preflight
+from tools.verdicts import FAIL, PASS, WARN, Check
+
+BLOCK = "cr-0123456789abcdef0"
+ZONES = ("us-east-2a", "us-east-2b", "us-east-2c")
+OFFERED = {"instance-type-offerings:us-east-2:g6.12xlarge": {"usage_classes": ["on-demand", "spot"], "zones": list(ZONES)}}
+AZ_IDS = {"us-east-2a": "use2-az1", "us-east-2b": "use2-az2", "us-east-2c": "use2-az3"}
+
+
+def settings(*overrides: str):
+    return settings_from_files(ROOT / "cdk.json", overrides, resolve_lookups=False)
+
+
+def ec2_stub():
+    client = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    return client, Stubber(client)
+
+
+def zones_answer() -> dict:
+    return {"AvailabilityZones": [{"ZoneName": name, "ZoneId": zone_id, "State": "available", "RegionName": "us-east-2"}
+                                  for name, zone_id in AZ_IDS.items()]}
+
+
+def stub_region_zones(stub) -> None:
+    stub.add_response("describe_availability_zones", zones_answer(),
+                      {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]})
+
+
+# ------------------------------------------------------------------ what EC2 sells
+
+
+def test_a_type_ec2_does_not_sell_as_a_capacity_block_fails(aws):
+    """moto's EC2 data (AWS's listings): g6.12xlarge is sold on-demand and spot only, p5.48xlarge as capacity-block too."""
+    ec2 = boto3.client("ec2", region_name="us-east-2")
+    cache = {}
+    check = capacity.check_capacity_type(ec2, settings("gpu_capacity_type=capacity-block",
+                                                       f"capacity_reservation_id={BLOCK}"), cache)
+    assert check == Check("capacity type", FAIL, "g6.12xlarge cannot be bought as capacity-block in us-east-2: EC2 sells "
+                          "it as on-demand, spot", "-c gpu_capacity_type=<on-demand, spot> or another gpu_instance_type")
+    assert cache["instance-type-offerings:us-east-2:g6.12xlarge"]["zones"] == list(ZONES)
+    p5 = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}")
+    assert capacity.check_capacity_type(ec2, p5, {}).verdict == PASS
+
+
+def test_spot_is_checked_against_the_spot_quota_not_the_on_demand_one(aws):
+    """EC2 User Guide, "Spot Instance quotas": All G and VT Spot Instance Requests (L-3819A6DF) is its own quota."""
+    aws["L-3819A6DF"] = 0.0
+    quotas, ec2 = boto3.client("service-quotas", region_name="us-east-2"), boto3.client("ec2", region_name="us-east-2")
+    check = preflight.check_vcpu_quota(quotas, ec2, "g6.12xlarge", 2, "us-east-2", "GPU nodes", "spot")
+    assert check.reason == "2 x g6.12xlarge need 96 vCPU; quota 'All G and VT Spot Instance Requests' (L-3819A6DF) is 0, " \
+                           "0 in use, 0 free"
+    assert "--quota-code L-3819A6DF --desired-value 96" in check.fix
+
+
+def test_an_on_demand_reservation_that_is_a_capacity_block_fails():
+    ec2, stub = ec2_stub()
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [block_answer()]},
+                      {"CapacityReservationIds": [BLOCK]})
+    stub.activate()
+    [check] = preflight.check_capacity_reservation(ec2, settings(f"capacity_reservation_id={BLOCK}"))
+    assert check == Check("capacity reservation", FAIL, f"{BLOCK} is a Capacity Block, which on-demand nodes cannot use",
+                          "-c gpu_capacity_type=capacity-block")
+
+
+# ------------------------------------------------------------------ spot zones and prices
+
+
+def spot_history(prices: dict[str, float]) -> dict:
+    when = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
+    return {"SpotPriceHistory": [{"AvailabilityZone": zone, "InstanceType": "g6.12xlarge", "ProductDescription": "Linux/UNIX",
+                                  "SpotPrice": f"{price:.6f}", "Timestamp": when} for zone, price in prices.items()]}
+
+
+def spot_zones(scores: dict[str, int] | None, zone="us-east-2a"):
+    ec2, stub = ec2_stub()
+    stub_region_zones(stub)
+    stub.add_response("describe_spot_price_history", spot_history({"us-east-2a": 1.9, "us-east-2b": 1.4, "us-east-2c": 1.6}),
+                      {"InstanceTypes": ["g6.12xlarge"], "ProductDescriptions": ["Linux/UNIX"], "StartTime": ANY})
+    placement = {"InstanceTypes": ["g6.12xlarge"], "TargetCapacity": 2, "SingleAvailabilityZone": True,
+                 "RegionNames": ["us-east-2"]}
+    if scores is None:
+        stub.add_client_error("get_spot_placement_scores", service_error_code="UnauthorizedOperation",
+                              expected_params=placement)
+    else:
+        stub.add_response("get_spot_placement_scores", {"SpotPlacementScores": [
+            {"Region": "us-east-2", "AvailabilityZoneId": AZ_IDS[z], "Score": score} for z, score in scores.items()]},
+            placement)
+        stub.add_response("describe_availability_zones", zones_answer(), {})
+    stub.activate()
+    cache = dict(OFFERED)
+    check = capacity.check_zones(ec2, settings("gpu_capacity_type=spot", f"gpu_availability_zone={zone}"), cache)
+    stub.assert_no_pending_responses()
+    return check, cache
+
+
+def test_spot_zones_rank_by_placement_score_and_cache_the_prices():
+    check, cache = spot_zones({"us-east-2a": 9, "us-east-2b": 3, "us-east-2c": 7})
+    assert cache["gpu-zones:us-east-2:g6.12xlarge:spot"]["zones"] == ["us-east-2a", "us-east-2c"]  # b scores 3 of 10
+    assert cache["spot-price:us-east-2:g6.12xlarge"]["zones"] == {"us-east-2a": 1.9, "us-east-2b": 1.4, "us-east-2c": 1.6}
+    assert check == Check("zones", PASS, "g6.12xlarge spot: spot us-east-2a $1.9000/h score 9, us-east-2b $1.4000/h "
+                          "score 3, us-east-2c $1.6000/h score 7")
+
+
+def test_a_spot_zone_without_a_good_score_warns_with_the_best_zone():
+    check, _ = spot_zones({"us-east-2a": 9, "us-east-2b": 3, "us-east-2c": 7}, zone="us-east-2b")
+    assert (check.verdict, check.fix) == (WARN, "-c gpu_availability_zone=us-east-2a (or auto)")
+    assert check.reason.endswith("us-east-2b is not among the zones with capacity (spot placement score >= 5 of 10 for "
+                                 "2 nodes)")
+
+
+def test_spot_zones_that_all_score_low_warn_and_still_rank_the_best_first():
+    check, cache = spot_zones({"us-east-2a": 2, "us-east-2b": 3, "us-east-2c": 1})
+    assert cache["gpu-zones:us-east-2:g6.12xlarge:spot"]["zones"] == ["us-east-2b", "us-east-2a", "us-east-2c"]
+    assert (check.verdict, check.fix) == (WARN, "try later, or -c gpu_capacity_type=on-demand")
+
+
+def test_without_placement_scores_spot_zones_rank_by_price():
+    check, cache = spot_zones(None)
+    assert cache["gpu-zones:us-east-2:g6.12xlarge:spot"] == {
+        "zones": ["us-east-2b", "us-east-2c", "us-east-2a"], "basis": "spot price (placement scores not readable)",
+        "as_of": cache["gpu-zones:us-east-2:g6.12xlarge:spot"]["as_of"]}
+    assert check.verdict == PASS
+
+
+def test_the_spot_price_line_compares_with_on_demand():
+    cache = {"spot-price:us-east-2:g6.12xlarge": {"zones": {"us-east-2a": 1.38048}}}
+    assert capacity.spot_price_check(settings("gpu_capacity_type=spot"), cache) == Check(
+        "spot price", PASS, "g6.12xlarge in us-east-2a: $1.3805/h now, 30% of on-demand $4.6016/h; cached for the "
+        "synth's review (it moves)")
+    assert capacity.spot_price_check(settings("gpu_capacity_type=spot"), {}).verdict == WARN
+
+
+# ------------------------------------------------------------------ the probe
+
+
+def created(reservation_id: str, zone: str) -> dict:
+    return {"CapacityReservation": {"CapacityReservationId": reservation_id, "AvailabilityZone": zone,
+                                    "InstanceType": "g6.12xlarge", "State": "active", "TotalInstanceCount": 1}}
+
+
+def stub_create(stub, zone: str, reservation_id: str | None = None, error: str | None = None) -> None:
+    params = {"InstanceType": "g6.12xlarge", "InstancePlatform": "Linux/UNIX", "AvailabilityZone": zone,
+              "InstanceCount": 1, "EndDateType": "unlimited", "InstanceMatchCriteria": "targeted",
+              "ClientToken": f"t-{zone}", "TagSpecifications": [{"ResourceType": "capacity-reservation",
+                                                                  "Tags": [{"Key": capacity.PROBE_TAG, "Value": "t"}]}]}
+    if error:
+        stub.add_client_error("create_capacity_reservation", service_error_code=error, expected_params=params)
+    else:
+        stub.add_response("create_capacity_reservation", created(reservation_id, zone), params)
+
+
+def stub_cancel(stub, reservation_id: str) -> None:
+    stub.add_response("cancel_capacity_reservation", {"Return": True}, {"CapacityReservationId": reservation_id})
+
+
+def stub_tagged(stub, *reservation_ids: str) -> None:
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [
+        {"CapacityReservationId": i, "State": "active"} for i in reservation_ids]},
+        {"Filters": [{"Name": f"tag:{capacity.PROBE_TAG}", "Values": ["t"]},
+                     {"Name": "state", "Values": ["active", "pending", "assessing"]}]})
+
+
+def test_the_probe_makes_and_cancels_one_reservation_per_zone():
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    stub_cancel(stub, "cr-00000000000000001")
+    stub_create(stub, "us-east-2b", error="InsufficientInstanceCapacity")
+    stub_create(stub, "us-east-2c", error="VcpuLimitExceeded")
+    stub_tagged(stub)  # the final sweep finds nothing left
+    stub.activate()
+    assert capacity.probe_zones(ec2, "g6.12xlarge", list(ZONES), token="t") == {
+        "us-east-2a": None, "us-east-2b": "InsufficientInstanceCapacity", "us-east-2c": "VcpuLimitExceeded"}
+    stub.assert_no_pending_responses()
+
+
+class Interrupt:
+    """An EC2 client on which Ctrl-C arrives at one call: before it is sent, or after EC2 did it and before its
+    answer came back."""
+
+    def __init__(self, client, operation: str, after_call: bool):
+        self.client, self.operation, self.after_call = client, operation, after_call
+
+    def __getattr__(self, name):
+        method = getattr(self.client, name)
+        if name != self.operation:
+            return method
+
+        def call(**kwargs):
+            self.operation = None  # once
+            if self.after_call:
+                method(**kwargs)
+            raise KeyboardInterrupt
+        return call
+
+
+def test_ctrl_c_before_a_cancel_still_cancels_the_reservation():
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    stub_tagged(stub, "cr-00000000000000001")  # it is still there: listed once, cancelled once
+    stub_cancel(stub, "cr-00000000000000001")
+    stub.activate()
+    with pytest.raises(KeyboardInterrupt):
+        capacity.probe_zones(Interrupt(ec2, "cancel_capacity_reservation", after_call=False), "g6.12xlarge",
+                             list(ZONES), token="t")
+    stub.assert_no_pending_responses()
+
+
+def test_ctrl_c_after_ec2_made_a_reservation_whose_answer_was_lost_finds_it_by_its_tag():
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    stub_cancel(stub, "cr-00000000000000001")
+    stub_create(stub, "us-east-2b", "cr-00000000000000002")  # made by EC2; the probe never learns its id
+    stub_tagged(stub, "cr-00000000000000002")
+    stub_cancel(stub, "cr-00000000000000002")
+    stub.activate()
+
+    class SecondCreate(Interrupt):
+        def __getattr__(self, name):
+            if name == "create_capacity_reservation" and self.skip:
+                self.skip -= 1
+                return getattr(self.client, name)
+            return super().__getattr__(name)
+
+    probe = SecondCreate(ec2, "create_capacity_reservation", after_call=True)
+    probe.skip = 1
+    with pytest.raises(KeyboardInterrupt):
+        capacity.probe_zones(probe, "g6.12xlarge", list(ZONES), token="t")
+    stub.assert_no_pending_responses()
+
+
+def test_an_error_half_way_stops_the_probe_after_its_cleanup(capsys):
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    stub_cancel(stub, "cr-00000000000000001")
+    stub_create(stub, "us-east-2b", error="UnauthorizedOperation")
+    stub_tagged(stub)
+    stub.activate()
+    with pytest.raises(ClientError, match="UnauthorizedOperation"):
+        capacity.probe_zones(ec2, "g6.12xlarge", list(ZONES), token="t")
+    stub.assert_no_pending_responses()
+
+
+def test_a_cancel_that_fails_in_the_cleanup_names_the_command_that_stops_the_bill(capsys):
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    stub_tagged(stub, "cr-00000000000000001")
+    stub.add_client_error("cancel_capacity_reservation", service_error_code="RequestLimitExceeded")
+    stub.activate()
+    with pytest.raises(KeyboardInterrupt):
+        capacity.probe_zones(Interrupt(ec2, "cancel_capacity_reservation", after_call=False), "g6.12xlarge",
+                             list(ZONES), token="t")
+    assert capsys.readouterr().out == ("PROBE: could not cancel cr-00000000000000001; each bills until cancelled: "
+                                       "aws ec2 cancel-capacity-reservation --capacity-reservation-id cr-00000000000000001\n")
+
+
+def test_the_probed_zones_say_the_cost_first_and_the_configured_zone_without_capacity_fails(monkeypatch):
+    ec2, stub = ec2_stub()
+    stub_region_zones(stub)
+    stub.activate()
+    said, probed = [], []
+
+    def probe(client, instance_type, zones, token=None):
+        probed.append(list(zones))
+        return {"us-east-2a": "InsufficientInstanceCapacity", "us-east-2b": None, "us-east-2c": None}
+
+    monkeypatch.setattr(capacity, "probe_zones", probe)
+    cache = dict(OFFERED)
+    check = capacity.check_zones(ec2, settings(), cache, probe=True, say=lambda line: said.append((line, list(probed))))
+    # 3 zones x $4.6016/h for a minute each = $0.23, said before any reservation is made.
+    assert said == [("PROBE: creating and at once cancelling a 1-instance On-Demand Capacity Reservation of g6.12xlarge "
+                     "in each of us-east-2a, us-east-2b, us-east-2c; each bills per second at the on-demand rate while "
+                     "it exists (a few seconds): at most $0.23 if each lived a minute", [])]
+    assert probed == [["us-east-2a", "us-east-2b", "us-east-2c"]]  # the configured zone first
+    assert cache["gpu-zones:us-east-2:g6.12xlarge:on-demand"]["zones"] == ["us-east-2b", "us-east-2c"]
+    assert (check.verdict, check.fix) == (FAIL, "-c gpu_availability_zone=us-east-2b (or auto)")
+
+
+def test_auto_takes_the_first_zone_preflight_found_and_synth_reads_it_from_the_cache(aws, app, capsys):
+    assert preflight.main(["--cdk-json", str(app / "cdk.json"), "-c", "gpu_availability_zone=auto"]) == 0
+    assert "PASS  gpu zone                   auto is us-east-2a" in capsys.readouterr().out
+    assert settings_from_files(app / "cdk.json", ["gpu_availability_zone=auto"]).gpu_availability_zone == "us-east-2a"
+    assert json.loads((app / "cdk.context.json").read_text())["gpu-zones:us-east-2:g6.12xlarge:on-demand"]["basis"] == \
+        "offered (capacity not probed: PROBE=1 probes it)"
+
+
+# ------------------------------------------------------------------ Capacity Blocks
+
+NOW = datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc)
+BLOCK_END = datetime(2026, 12, 3, 11, 30, tzinfo=timezone.utc)  # blocks end at 11:30 UTC (EC2 User Guide)
+
+
+def block_answer(**fields) -> dict:
+    return {"CapacityReservationId": BLOCK, "ReservationType": "capacity-block", "InstanceType": "p5.48xlarge",
+            "AvailabilityZone": "us-east-2a", "TotalInstanceCount": 2, "AvailableInstanceCount": 2, "State": "active",
+            "StartDate": datetime(2026, 12, 1, 11, 30, tzinfo=timezone.utc), "EndDate": BLOCK_END} | fields
+
+
+def block_checks(job_s: float | None, **fields) -> list[Check]:
+    ec2, stub = ec2_stub()
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [block_answer(**fields)]},
+                      {"CapacityReservationIds": [BLOCK]})
+    stub.activate()
+    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}")
+    return capacity.check_capacity_block(ec2, s, job_s, NOW)
+
+
+def test_a_job_that_ends_before_eks_scales_the_block_down_passes():
+    """From 09:00, 60 min: done 10:00; EKS scales the group to 0 at 10:50, 40 min before the block's 11:30 end."""
+    assert block_checks(3600) == [
+        Check("capacity block", PASS, f"{BLOCK}: 2 x p5.48xlarge in us-east-2a, active, 2026-12-01 11:30 to 2026-12-03 "
+              "11:30 UTC"),
+        Check("job in the block", PASS, "predicted ~60 min, done by 2026-12-03 10:00 UTC, before EKS scales the nodes "
+              "to 0 at 2026-12-03 10:50 UTC")]
+
+
+def test_a_job_that_overruns_the_block_warns():
+    """From 09:00, 120 min: done 11:00, after the 10:50 scale-down."""
+    [_, check] = block_checks(7200)
+    assert check == Check("job in the block", WARN, "the job's predicted ~120 min from 09:00 end at 2026-12-03 11:00 UTC, "
+                          "after EKS scales the nodes to 0 at 2026-12-03 10:50 UTC (40 min before the block ends; EC2 ends "
+                          "its instances then)", "fewer training.steps, or extend the block (aws ec2 "
+                          "purchase-capacity-block-extension)")
+
+
+def test_a_block_that_does_not_match_the_settings_fails_in_one_line():
+    [check] = block_checks(3600, InstanceType="p4d.24xlarge", AvailabilityZone="us-east-2b", TotalInstanceCount=1)
+    assert check == Check("capacity block", FAIL, f"{BLOCK}: it holds p4d.24xlarge, not p5.48xlarge; it is in us-east-2b, "
+                          "not us-east-2a; it holds 1 instance(s), gpu_node_count is 2",
+                          "-c gpu_instance_type=p4d.24xlarge -c gpu_availability_zone=us-east-2b")
+
+
+def test_an_on_demand_reservation_is_no_capacity_block():
+    [check] = block_checks(3600, ReservationType="default")
+    assert (check.verdict, check.fix) == (FAIL, "-c gpu_capacity_type=on-demand")
+    assert "it is an On-Demand Capacity Reservation, not a Capacity Block" in check.reason
+
+
+def test_a_block_that_starts_after_the_jobs_attempts_give_up_fails():
+    """2 attempts (backoff_limit 1 + 1) x pre_running_deadline_seconds 1200 = 40 min: a block starting at 11:00 is
+    too late for a deploy at 09:00, one starting at 09:30 is not."""
+    [late] = block_checks(3600, State="scheduled", StartDate=NOW + timedelta(hours=2), EndDate=NOW + timedelta(days=1))
+    assert late.verdict == FAIL and late.reason.endswith(
+        "it starts at 2026-12-03 11:00 UTC, after the job's 2 attempt(s) x pre_running_deadline_seconds would have given "
+        "up (deploy from 2026-12-03 10:20 UTC)")
+    soon = block_checks(3600, State="scheduled", StartDate=NOW + timedelta(minutes=30), EndDate=NOW + timedelta(days=1))
+    assert [c.verdict for c in soon] == [PASS, PASS]
+
+
+def test_an_expired_block_fails():
+    [check] = block_checks(3600, State="expired")
+    assert check.verdict == FAIL and check.reason == f"{BLOCK}: its state is expired"
+
+
+def test_a_job_the_planner_cannot_predict_is_said_so():
+    [_, check] = block_checks(None)
+    assert check.verdict == WARN and check.reason.startswith("the job's time cannot be predicted")
