@@ -11,14 +11,22 @@ def row(name: str, recipe: str = "trainer", precision: str = "bf16", group: str 
             "settings": {"precision": precision}} | extra
 
 
-def test_fp8_suite_runs_bf16_three_fp8_variants_and_both_peers_as_valid_configs():
+def test_fp8_suite_runs_bf16_fp8_and_each_fp8_lever_alone_and_both_peers_as_valid_configs():
     groups = {g.name: g for g in suites.plan("fp8", gpus=1)}
     main = groups["main"].cases
-    assert [c.train_config(suites.BENCH_MODEL).precision for c in main] == ["bf16", "fp8", "fp8", "fp8"]
-    assert [c.levers for c in main] == [(), (), ("fp8-bf16-all-gather",), ("fp8-rowwise",)]
+    configs = [c.train_config(suites.BENCH_MODEL) for c in main]
+    assert [c.precision for c in configs] == ["bf16"] + ["fp8"] * 7
+    assert [c.micro_batch for c in configs] == [8, 8, 12, 16, 8, 8, 8, 8]
+    assert [c.levers for c in main] == [(), (), (), (), ("fp8-kv",), ("coordinate-descent",), ("max-autotune",),
+                                        ("fp8-rowwise",)]
     assert groups["main"].measure_matmul
     assert [c.recipe for c in groups["peer"].cases] == ["liger", "fp8-peer"]
     assert all(name in levers.LEVERS for c in main for name in c.levers)
+
+
+def test_the_fp8_suite_compares_float8_and_bf16_all_gather_where_weights_travel():
+    one, two = ([c.levers for c in {g.name: g for g in suites.plan("fp8", gpus)}["main"].cases] for gpus in (1, 2))
+    assert ("fp8-bf16-all-gather",) not in one and two[2] == ("fp8-bf16-all-gather",)
 
 
 def test_parity_suite_runs_bf16_twice_and_fp8_for_300_steps_from_one_seed_on_pattern_data():

@@ -194,10 +194,10 @@ def test_an_out_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path, c
     assert capsys.readouterr().err.startswith(f"error: --out: '{blocker / 'sub'}' is not a writable folder (")
 
 
-@pytest.mark.parametrize("shapes", ["7", "0,x", "-1"])
+@pytest.mark.parametrize("shapes", ["9", "0,x", "-1"])
 def test_a_shape_index_out_of_range_is_refused_in_one_line(shapes, tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--shapes", shapes]) == 2
-    assert capsys.readouterr().err == f"error: --shapes: {shapes!r} must be comma-separated indexes from 0 to 6\n"
+    assert capsys.readouterr().err == f"error: --shapes: {shapes!r} must be comma-separated indexes from 0 to 8\n"
 
 
 def _profile_rank(rank: int, world: int, port: int, out: str) -> None:
