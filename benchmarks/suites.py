@@ -126,6 +126,8 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return mfu_groups(default, gpus)
     if suite == "fp8":
         return fp8_groups(default, gpus)
+    if suite == "fp8-80gb":
+        return fp8_groups(default, gpus, FP8_80GB_MICRO_BATCH, FP8_80GB_LARGER)
     if suite == "parity":
         return parity_groups(gpus)
     groups = [Group("main", gpus, [default, *example], measure_matmul=True), Group("peer", gpus, [PEER])]
@@ -179,20 +181,31 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
 FP8_MICRO_BATCHES = (12, 16)
 
 
-def fp8_groups(default: Case, gpus: int) -> list[Group]:
+# --suite fp8-80gb: the same comparison where the h200 profile does not fit (H100, 80 GB: bf16 peaks at 91 GiB
+# there): 4 x 4096 for every recipe, and fp8 at 6, the micro-batch its memory makes room for.
+FP8_80GB_MICRO_BATCH, FP8_80GB_LARGER = 4, (6,)
+
+
+def fp8_groups(default: Case, gpus: int, micro_batch: int | None = None,
+               larger: tuple[int, ...] = FP8_MICRO_BATCHES) -> list[Group]:
     """Issues 35 and 39: the h200 step in bf16 and in float8 (tensorwise, float8 all-gather), and float8's levers
     each alone: larger micro-batches, k/v in float8 too, Inductor's coordinate-descent tuning and max-autotune
     (fusing casts and scales into neighbouring kernels), rowwise scaling; beside the bf16 peer and an FP8 peer
-    recipe, in one run; the matmul rates give the bf16 and FP8 peaks."""
-    fp8 = {"precision": "fp8"}
-    cases = [default, Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
-             *(Case(f"trainer, fp8, micro-batch {m}", overrides=fp8 | {"micro_batch": m}) for m in FP8_MICRO_BATCHES),
+    recipe, in one run; the matmul rates give the bf16 and FP8 peaks. micro_batch: every recipe at this one
+    instead of the profile's (a GPU the profile does not fit); rowwise then left out (profiled instead)."""
+    shape = {"micro_batch": micro_batch} if micro_batch else {}
+    fp8 = {"precision": "fp8"} | shape
+    cases = [dataclasses.replace(default, name=f"{default.name}{', micro-batch %d' % micro_batch if micro_batch else ''}",
+                                 overrides=dict(shape)),
+             Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
+             *(Case(f"trainer, fp8, micro-batch {m}", overrides=fp8 | {"micro_batch": m}) for m in larger),
              *(Case(f"trainer, fp8 + {lever}", overrides=fp8, levers=(lever,))
                for lever in ("fp8-kv", "coordinate-descent", "max-autotune")),
-             Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))]
+             *([] if micro_batch else [Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))])]
     if gpus > 1:  # one GPU gathers nothing: float8 against bf16 all-gather only where the weights travel
         cases.insert(2, Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)))
-    return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, [PEER, FP8_PEER])]
+    peers = [dataclasses.replace(peer, overrides=dict(shape)) for peer in (PEER, FP8_PEER)]
+    return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, peers)]
 
 
 def parity_groups(gpus: int) -> list[Group]:
