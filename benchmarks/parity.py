@@ -79,8 +79,8 @@ def relative_range(values: list[float]) -> float:
 
 
 def tail_mean(losses: list[float]) -> float:
-    """The mean training loss of the last third of the steps."""
-    tail = losses[len(losses) - len(losses) // 3:]
+    """The mean training loss of the last third of the steps (the last step, for fewer than three)."""
+    tail = losses[-max(1, len(losses) // 3):]
     return sum(tail) / len(tail)
 
 

@@ -78,9 +78,6 @@ class Group:
 
 PEER = Case("peer: FSDP2 + Liger kernels, no compile", recipe="liger")
 FP8_PEER = Case("peer FP8: torchao float8 on Hugging Face's model, FSDP2, compiled layers, Liger loss", recipe="fp8-peer")
-# --suite parity: steps of the loss-parity runs (pattern data, same seed), and the validation micro-batches per GPU.
-PARITY_STEPS = 300
-PARITY_EVAL_BATCHES = 16
 
 
 def plan(suite: str, gpus: int) -> list[Group]:
@@ -128,8 +125,6 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return fp8_groups(default, gpus)
     if suite == "fp8-80gb":
         return fp8_groups(default, gpus, FP8_80GB_MICRO_BATCH, FP8_80GB_LARGER)
-    if suite == "parity":
-        return parity_groups(gpus)
     groups = [Group("main", gpus, [default, *example], measure_matmul=True), Group("peer", gpus, [PEER])]
     groups += [Group(f"l4-world{world}", world, [l4]) for world in l4_worlds]
     groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
@@ -206,16 +201,6 @@ def fp8_groups(default: Case, gpus: int, micro_batch: int | None = None,
         cases.insert(2, Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)))
     peers = [dataclasses.replace(peer, overrides=dict(shape)) for peer in (PEER, FP8_PEER)]
     return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, peers)]
-
-
-def parity_groups(gpus: int) -> list[Group]:
-    """Issue 35's loss parity: bf16, bf16 again (the noise floor) and fp8 on pattern data at the h200 profile,
-    PARITY_STEPS steps each from the same seed, then the validation loss."""
-    settings = {"data": "pattern", "steps": PARITY_STEPS, "warmup_steps": 10}
-    return [Group("parity", gpus, [
-        Case(name, overrides=settings | extra, evaluate_batches=PARITY_EVAL_BATCHES)
-        for name, extra in (("parity: bf16", {}), ("parity: bf16, repeated", {}),
-                            ("parity: fp8 tensorwise", {"precision": "fp8"}))])]
 
 
 def lora_groups(gpus: int) -> list[Group]:
