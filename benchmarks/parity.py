@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -134,8 +135,6 @@ def emulated_fp8():
 def _scratch_root() -> str | None:
     """Memory-backed /dev/shm for the warm checkpoint where it has room (fp32 weights and AdamW: 16 bytes a
     parameter, 25 GB for Qwen2.5-1.5B), else the temporary folder."""
-    import shutil
-
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 40e9 else None
 
@@ -168,7 +167,9 @@ def run(args) -> dict:
                        data="pattern", seed=0)
     state = full_state_dict_on_rank0(base, model_config(base)) if rank == 0 else {}
     held = [b for _, b in zip(range(args.eval_batches), order_batches(validation, args.seq_len, args.micro_batch, 0, rank, world))]
-    scratch = Path(tempfile.mkdtemp(dir=_scratch_root()))
+    scratch = [tempfile.mkdtemp(dir=_scratch_root()) if rank == 0 else None]  # one folder for every rank's shards
+    dist.broadcast_object_list(scratch, src=0)
+    scratch = Path(scratch[0])
     results = {"corpus": {"root": str(root), "train_bytes": len(train), "validation_bytes": len(validation),
                           "python": sys.version.split()[0]}, "settings": vars(args) | {"branch_lr": BRANCH_LR},
                "device": torch.cuda.get_device_name(device) if cuda else "cpu", "runs": {}}
@@ -209,6 +210,8 @@ def run(args) -> dict:
         if cuda:
             torch.cuda.empty_cache()
     dist.barrier()
+    if rank == 0:
+        shutil.rmtree(scratch)  # the warm checkpoint: 16 bytes a parameter, in memory where /dev/shm held it
     dist.destroy_process_group()
     return results
 
