@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--suite", default="full",
                         choices=("full", "variants", "mfu", "l4", "smoke", "layouts", "accumulation", "lora", "fp8",
-                                 "parity"),
+                                 "fp8-80gb"),
                         help="full: default profile, example recipe, the peer recipe (FSDP2 + Liger, when liger-kernel is "
                              "installed or its wheel is in .whl/), L4 profile, sockets A/B, one GPU; "
                              "variants: the levers one at a time; mfu: the h200 step's kernel and communication levers beside the "
@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                              "reduction, 300 steps, then their speed on sockets (2 GPUs); lora: LoRA rank 16 against full fine-tuning, "
                              "Qwen2.5-1.5B and 7B shapes, at the h200 profile and the capped l4 profile (needs peft: "
                              "installed, or its wheels in .whl/ from `make bench-wheels`); fp8: bf16 against fp8 "
-                             "(tensorwise with float8 and bf16 all-gather, rowwise) beside the bf16 and an FP8 peer recipe; "
-                             "parity: bf16, bf16 again and fp8 for 300 steps on pattern data, with validation loss (both "
-                             "need torchao and liger-kernel: installed, or their wheels in .whl/)")
+                             "and its levers beside the bf16 and an FP8 peer recipe (fp8-80gb: the same at 4 x 4096, for 80 GB GPUs; "
+                             "both need torchao and liger-kernel: installed, or their wheels in .whl/); fp8's loss parity is "
+                             "python -m benchmarks.parity")
     parser.add_argument("--groups", default=None, help="comma-separated subset of the suite's groups to run")
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to use (default: all visible)")
     parser.add_argument("--model", default=BENCH_MODEL, help="built-in model config (random init)")
@@ -156,7 +156,7 @@ def unwritable_folder(out: Path) -> str | None:
 # The package a suite needs beyond the trainer's own (its import name), from .whl/ when missing.
 # (import name, whether the suite is refused without it): the full suite runs without its peer.
 SUITE_PACKAGES = {"lora": ("peft", True), "mfu": (PEER_MODULE, True), "full": (PEER_MODULE, False),
-                  "fp8": ("torchao", True), "parity": ("torchao", True)}
+                  "fp8": ("torchao", True), "fp8-80gb": ("torchao", True)}
 
 
 def wheel_site(out: Path, package: str) -> str | None:

@@ -24,6 +24,7 @@ The run also measures the two ceilings of this GPU: a large bf16 matmul and a de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -34,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.bench import unwritable_folder
+from benchmarks.levers import LEVERS
 from benchmarks.suites import BENCH_MODEL, Case
-from benchmarks.worker import matmul_rates
+from benchmarks.worker import linear_gemm_rates, matmul_rates
+from training.fp8 import FP8_MIN_CAPABILITY
 
 # Tensor-core kernels: cuBLAS (sm90_xmma, nvjet, *gemm*), CUTLASS, inductor's matmul templates
 # (triton_tem_), and attention (flash / fmha / cuDNN SDPA).
@@ -64,6 +67,8 @@ class Shape:
     name: str
     profile: str
     overrides: dict
+    levers: tuple[str, ...] = ()
+    """Benchmark levers (benchmarks.levers) entered around the shape's build and steps."""
 
 
 SHAPES = (
@@ -78,7 +83,16 @@ SHAPES = (
     # Issue 35: where float8's time goes (the casts and amax reductions are Inductor kernels: memory-bound;
     # _scaled_mm runs as cuBLAS/CUTLASS GEMMs: matmul), and whether its layers compile without graph breaks.
     Shape("h200 profile in fp8 (8 x 4096, tensorwise, float8 all-gather)", "h200", {"precision": "fp8"}),
+    # Issue 39: why rowwise is slower (its GEMMs and casts beside tensorwise's), and fp8 at the l4 profile's shape:
+    # with the h200 pair, the two points of fp8's cast cost per token and per micro-batch (planning/fp8.py).
+    Shape("h200 profile in fp8 rowwise (8 x 4096)", "h200", {"precision": "fp8"}, ("fp8-rowwise",)),
+    Shape("l4 profile in fp8 (1 x 2048 x 4, recomputation, tensorwise)", "l4", {"precision": "fp8"}),
 )
+
+
+# Tokens per micro-batch at which the converted linear layers' GEMMs are timed in bf16 and fp8: the l4 profile's
+# (1 x 2048), the parity runs' (4 x 1024 = 4,096), the cluster's auto shape (4 x 2048) and the h200 profile's (8 x 4096).
+GEMM_TOKENS = (2048, 4096, 8192, 32768)
 
 
 # Host-side spans (FSDP2's hooks, compiled regions, record_function labels, aten ops) that say what the host
@@ -222,22 +236,25 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
 
     cfg = Case(shape.name, profile=shape.profile, overrides=shape.overrides).train_config(model_name)
     counters.clear()
-    model, optimizer, step = _trainer_step(cfg, device, rank, world, None)
     cuda = device.type == "cuda"
 
     def sync():
         if cuda:
             torch.cuda.synchronize(device)
 
-    wall = time_steps(step, warmup, steps, device)["step_time_s"]  # back to back, as training runs them
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    # Two steps, the second analysed: its start overlaps the first's update, as in training. stack: Python frames
-    # as host spans, so that a gap or a sync names the code behind it (the host then runs slower, idling the GPU).
-    with profile(activities=activities, with_stack=stack) as prof:
-        for i in range(2):
-            with record_function(STEP_LABEL):
-                step(warmup + steps + i)
-        sync()
+    with contextlib.ExitStack() as levers:
+        for lever in shape.levers:
+            levers.enter_context(LEVERS[lever]())
+        model, optimizer, step = _trainer_step(cfg, device, rank, world, None)
+        wall = time_steps(step, warmup, steps, device)["step_time_s"]  # back to back, as training runs them
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        # Two steps, the second analysed: its start overlaps the first's update, as in training. stack: Python frames
+        # as host spans, so that a gap or a sync names the code behind it (the host then runs slower, idling the GPU).
+        with profile(activities=activities, with_stack=stack) as prof:
+            for i in range(2):
+                with record_function(STEP_LABEL):
+                    step(warmup + steps + i)
+            sync()
     if rank != 0:
         del model, optimizer
         return None
@@ -246,7 +263,7 @@ def profile_shape(shape: Shape, model_name: str, device, warmup: int, steps: int
     split = split_trace(json.loads(trace.read_text())["traceEvents"])
     trace.unlink()  # tens of MB; the split keeps what matters
     tokens = cfg.tokens_per_step_per_worker
-    result = {"name": shape.name, "settings": {k: getattr(cfg, k) for k in (
+    result = {"name": shape.name, "levers": list(shape.levers), "settings": {k: getattr(cfg, k) for k in (
                   "seq_len", "micro_batch", "grad_accum", "activation_checkpointing", "compile", "reshard_after_forward",
                   "precision")},
               "world_size": world, "tokens_per_step": tokens, "step_s": wall, "steps_timed": steps,
@@ -297,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         result["matmul_tflops"] = matmul_rates(device)
         result["copy_gbps"] = copy_bandwidth_gbps(device)
+        if torch.cuda.get_device_capability(device) >= FP8_MIN_CAPABILITY:
+            try:
+                result["linear_gemm_tflops"] = linear_gemm_rates(device, args.model, GEMM_TOKENS)
+            except Exception as error:  # a probe beside the profile, which must still run
+                result["linear_gemm_tflops"] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
     path = out / "kernel-profile.json"
     for shape in chosen:
         try:

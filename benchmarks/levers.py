@@ -71,6 +71,26 @@ def _fp8_bf16_all_gather():
     return _fp8_recipe(lambda: Float8LinearConfig(enable_fsdp_float8_all_gather=False))
 
 
+def _fp8_kv():
+    """float8 on the attention k/v projections too (training.fp8 leaves them bf16: 256 outputs on Qwen2.5-1.5B)."""
+    from training import fp8
+
+    return mock.patch.object(fp8, "FP8_LINEARS", fp8.FP8_LINEARS + ("k_proj", "v_proj"))
+
+
+def _max_autotune():
+    """Each decoder layer compiled with Inductor's max-autotune (no CUDA graphs): it times Triton GEMM templates
+    against cuBLAS for each matmul, float8's _scaled_mm included, and may fuse the neighbouring pointwise kernels
+    (a scale, a cast) into a template's epilogue."""
+    import training.model
+
+    def compile_layers(model):
+        for layer in model.decoder_layers:
+            layer.compile(mode="max-autotune-no-cudagraphs")
+
+    return mock.patch.object(training.model, "apply_compile", compile_layers)
+
+
 @contextlib.contextmanager
 def _liger_kernels():
     """Liger's RoPE, RMSNorm and SwiGLU modules in place of Hugging Face's, inside the trainer's compiled
@@ -188,7 +208,8 @@ def _process_group_memory():
     return _fsdp_units_after_apply(configure)
 
 
-LEVERS = {"fp8-rowwise": _fp8_rowwise, "fp8-bf16-all-gather": _fp8_bf16_all_gather,
+LEVERS = {"fp8-rowwise": _fp8_rowwise, "fp8-bf16-all-gather": _fp8_bf16_all_gather, "fp8-kv": _fp8_kv,
+          "max-autotune": _max_autotune,
           "cudnn-attention": _cudnn_attention, "repeat-kv": _repeat_kv,
           "coordinate-descent": _coordinate_descent, "liger-kernels": _liger_kernels,
           "host-guard": _host_guard, "copied-accumulation": _copied_accumulation,

@@ -138,29 +138,6 @@ PARITY_FINAL_TOLERANCE = 0.005
 PARITY_STEP_TOLERANCE = 0.02
 
 
-def parity_lines(rows: list[dict]) -> list[str]:
-    """--suite parity: fp8's and the repeated bf16's losses against bf16's, same seed and data: the final validation
-    loss (issue 35: within 0.5%) and the largest step-by-step difference (no step over 2%); the repeat is the
-    noise floor that fp8's differences are read against."""
-    by_name = {r["name"]: r for r in rows if r.get("group") == "parity" and r.get("losses")}
-    base = by_name.get("parity: bf16")
-    if not base:
-        return []
-    lines = []
-    for name in ("parity: bf16, repeated", "parity: fp8 tensorwise"):
-        other = by_name.get(name)
-        if not other:
-            continue
-        final = other["val_loss"] / base["val_loss"] - 1
-        steps = [abs(b / a - 1) for a, b in zip(base["losses"], other["losses"])]
-        worst = max(range(len(steps)), key=steps.__getitem__)
-        holds = abs(final) <= PARITY_FINAL_TOLERANCE and steps[worst] <= PARITY_STEP_TOLERANCE
-        lines.append(f"{name} against bf16 over {len(steps)} steps: validation loss {other['val_loss']:.4f} vs "
-                     f"{base['val_loss']:.4f} ({final:+.2%}), largest step difference {steps[worst]:.2%} at step "
-                     f"{worst + 1}: parity {'holds' if holds else 'fails'} (0.5% final, 2% a step)")
-    return lines
-
-
 def measured_peak_tflops(out: Path) -> tuple[float | None, dict | None]:
     path = out / "results" / "matmul.json"
     if not path.is_file():
@@ -303,7 +280,6 @@ def report(out: Path, groups: list[Group], gpus: int) -> str:
     lines += [f"- {line}" for line in accumulation_comparison(rows, out)]
     lines += [f"- {line}" for line in round_lines(rows)]
     lines += [f"- {line}" for line in fp8_lines(rows, matmul, device)]
-    lines += [f"- {line}" for line in parity_lines(rows)]
     emulation = emulation_rows(rows, links, BENCH_MODEL) if links else []
     if emulation:
         lines += ["", "Model against measurement (planning.plan; link bandwidth from this run):", "",

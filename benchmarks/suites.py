@@ -78,9 +78,6 @@ class Group:
 
 PEER = Case("peer: FSDP2 + Liger kernels, no compile", recipe="liger")
 FP8_PEER = Case("peer FP8: torchao float8 on Hugging Face's model, FSDP2, compiled layers, Liger loss", recipe="fp8-peer")
-# --suite parity: steps of the loss-parity runs (pattern data, same seed), and the validation micro-batches per GPU.
-PARITY_STEPS = 300
-PARITY_EVAL_BATCHES = 16
 
 
 def plan(suite: str, gpus: int) -> list[Group]:
@@ -126,8 +123,8 @@ def plan(suite: str, gpus: int) -> list[Group]:
         return mfu_groups(default, gpus)
     if suite == "fp8":
         return fp8_groups(default, gpus)
-    if suite == "parity":
-        return parity_groups(gpus)
+    if suite == "fp8-80gb":
+        return fp8_groups(default, gpus, FP8_80GB_MICRO_BATCH, FP8_80GB_LARGER)
     groups = [Group("main", gpus, [default, *example], measure_matmul=True), Group("peer", gpus, [PEER])]
     groups += [Group(f"l4-world{world}", world, [l4]) for world in l4_worlds]
     groups.append(Group("sockets", gpus, [Case(f"{default.name}, NCCL sockets only")], env=dict(SOCKETS_ENV)))
@@ -174,24 +171,36 @@ def mfu_groups(default: Case, gpus: int) -> list[Group]:
             Group("peer", gpus, [PEER]), Group("tried", gpus, [default, *tried]), *envs]
 
 
-def fp8_groups(default: Case, gpus: int) -> list[Group]:
-    """Issue 35: the h200 step in bf16 and in float8 (tensorwise with and without float8 all-gather, rowwise),
-    beside the bf16 peer and an FP8 peer recipe, in one run; the matmul rates give the bf16 and FP8 peaks."""
-    fp8 = {"precision": "fp8"}
-    cases = [default, Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
-             Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)),
-             Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))]
-    return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, [PEER, FP8_PEER])]
+# --suite fp8: micro-batches that the memory fp8 frees at the h200 profile make room for (74 GiB at 8 against bf16's
+# 91 on an H200 of 141 GB).
+FP8_MICRO_BATCHES = (12, 16)
 
 
-def parity_groups(gpus: int) -> list[Group]:
-    """Issue 35's loss parity: bf16, bf16 again (the noise floor) and fp8 on pattern data at the h200 profile,
-    PARITY_STEPS steps each from the same seed, then the validation loss."""
-    settings = {"data": "pattern", "steps": PARITY_STEPS, "warmup_steps": 10}
-    return [Group("parity", gpus, [
-        Case(name, overrides=settings | extra, evaluate_batches=PARITY_EVAL_BATCHES)
-        for name, extra in (("parity: bf16", {}), ("parity: bf16, repeated", {}),
-                            ("parity: fp8 tensorwise", {"precision": "fp8"}))])]
+# --suite fp8-80gb: the same comparison where the h200 profile does not fit (H100, 80 GB: bf16 peaks at 91 GiB
+# there): 4 x 4096 for every recipe, and fp8 at 6, the micro-batch its memory makes room for.
+FP8_80GB_MICRO_BATCH, FP8_80GB_LARGER = 4, (6,)
+
+
+def fp8_groups(default: Case, gpus: int, micro_batch: int | None = None,
+               larger: tuple[int, ...] = FP8_MICRO_BATCHES) -> list[Group]:
+    """Issues 35 and 39: the h200 step in bf16 and in float8 (tensorwise, float8 all-gather), and float8's levers
+    each alone: larger micro-batches, k/v in float8 too, Inductor's coordinate-descent tuning and max-autotune
+    (fusing casts and scales into neighbouring kernels), rowwise scaling; beside the bf16 peer and an FP8 peer
+    recipe, in one run; the matmul rates give the bf16 and FP8 peaks. micro_batch: every recipe at this one
+    instead of the profile's (a GPU the profile does not fit); rowwise then left out (profiled instead)."""
+    shape = {"micro_batch": micro_batch} if micro_batch else {}
+    fp8 = {"precision": "fp8"} | shape
+    cases = [dataclasses.replace(default, name=f"{default.name}{', micro-batch %d' % micro_batch if micro_batch else ''}",
+                                 overrides=dict(shape)),
+             Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
+             *(Case(f"trainer, fp8, micro-batch {m}", overrides=fp8 | {"micro_batch": m}) for m in larger),
+             *(Case(f"trainer, fp8 + {lever}", overrides=fp8, levers=(lever,))
+               for lever in ("fp8-kv", "coordinate-descent", "max-autotune")),
+             *([] if micro_batch else [Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))])]
+    if gpus > 1:  # one GPU gathers nothing: float8 against bf16 all-gather only where the weights travel
+        cases.insert(2, Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)))
+    peers = [dataclasses.replace(peer, overrides=dict(shape)) for peer in (PEER, FP8_PEER)]
+    return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, peers)]
 
 
 def lora_groups(gpus: int) -> list[Group]:

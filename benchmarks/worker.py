@@ -407,6 +407,58 @@ def fp8_matmul_rate(device, n: int, repeats: int) -> float:
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
+def _median_seconds(run, repeats: int) -> float:
+    """Median device time of run() over `repeats` calls, after three untimed ones."""
+    import torch
+
+    for _ in range(3):
+        run()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return statistics.median(times)
+
+
+def linear_gemm_rates(device, model_name: str, token_counts: tuple[int, ...], repeats: int = 20) -> dict:
+    """TFLOP/s of the three GEMMs of each linear layer that fp8 converts (training.fp8.FP8_LINEARS), in bf16 and in
+    float8 as torchao's tensorwise recipe runs them (e4m3 operands, one scale each, bf16 out; fast accumulation in
+    the forward GEMM only, torchao's default), at each number of tokens per micro-batch: forward (tokens x in ->
+    out), gradient of the input (tokens x out -> in) and of the weight (out x tokens -> in). Random data.
+    Returns {tokens: {"<layer> <gemm>": {"gflop": ..., "bf16": TFLOP/s, "fp8": TFLOP/s}}}."""
+    import torch
+
+    from training.model import builtin_config
+
+    config = builtin_config(model_name)
+    hidden, intermediate = config.hidden_size, config.intermediate_size
+    layers = {"q_proj/o_proj": (hidden, hidden), "gate_proj/up_proj": (hidden, intermediate),
+              "down_proj": (intermediate, hidden)}
+    one = torch.ones((), device=device)
+    rates: dict = {}
+    for tokens in token_counts:
+        rows = rates[str(tokens)] = {}
+        for layer, (d_in, d_out) in layers.items():
+            for gemm, (m, k, n) in {"forward": (tokens, d_in, d_out), "grad_input": (tokens, d_out, d_in),
+                                    "grad_weight": (d_out, tokens, d_in)}.items():
+                a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+                b = torch.randn(n, k, device=device, dtype=torch.bfloat16).t()
+                a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()  # b column-major
+                fast = gemm == "forward"
+                bf16_s = _median_seconds(lambda: a @ b, repeats)
+                fp8_s = _median_seconds(lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16,
+                                                                 use_fast_accum=fast), repeats)
+                flops = 2 * m * k * n
+                rows[f"{layer} {gemm}"] = {"gflop": flops / 1e9, "bf16": flops / bf16_s / 1e12, "fp8": flops / fp8_s / 1e12}
+                del a, b, a8, b8
+    torch.cuda.empty_cache()
+    return rates
+
+
 def _hf_peer_step(lm, optimizer, batches, device, after_update=lambda: None):
     """A peer's step as Hugging Face users write it: the model's own loss, clipping, AdamW (then after_update)."""
     import torch

@@ -14,6 +14,7 @@ from planning.memory import memory_bytes, usable_bytes
 from planning.search import SHAPE_OPTIONS, auto_line, choose, fit_error
 from planning.timing import Estimate, estimate
 from planning.families import ShapeError
+from planning.fp8 import resolve_precision
 from planning.model_config import ModelConfigError, UnsupportedFamily, model_shape
 from planning.workload import SHARDINGS, Layout, ModelShape, Workload, cluster_of
 from training.config import AUTO, ConfigError, TrainConfig, option_flag, options_argv, parse_args
@@ -173,7 +174,7 @@ def resolve_run(c: TrainConfig, configs: dict | None = None) -> Resolved:
     else:
         check_fit(c, configs)
         line = None
-    found = planned(c, configs, needed=c.sharding == AUTO and not c.local)
+    found = planned(c, configs, needed=(c.sharding == AUTO and not c.local) or c.precision == AUTO)
     if c.sharding == AUTO:
         if found is not None:
             model, cluster = found
@@ -188,11 +189,31 @@ def resolve_run(c: TrainConfig, configs: dict | None = None) -> Resolved:
             raise PlanError("--sharding: auto needs a known --instance-type (planning/hardware.py), whole nodes of "
                             "workers (--workers); set --sharding full or hybrid instead")
         c = dataclasses.replace(c, sharding=sharding)
+    if c.precision == AUTO:
+        c, picked = resolve_precision_auto(c, found)
+        line = f"{line}; {picked}" if line else picked
     if found is None:
         return Resolved(c, line, None)
     model, cluster = found
     layout = Layout(c.sharding, not c.reshard_after_forward, c.reduce_dtype)
     return Resolved(c, line, estimate(model, workload_of(c), cluster, layout))
+
+
+def fp8_shard(c: TrainConfig, cluster) -> int:
+    """The GPUs each weight is sharded over: every GPU with full sharding, a node's with hybrid."""
+    return cluster.gpus_per_node if c.sharding == "hybrid" else cluster.world
+
+
+def resolve_precision_auto(c: TrainConfig, found) -> tuple[TrainConfig, str]:
+    """--precision auto as planning.fp8 picks it for the run's GPU and shape, and the line that says why; PlanError
+    naming --precision where the planner does not know the GPU or the model."""
+    if found is None:
+        raise PlanError("--precision: auto needs a known --instance-type (planning/hardware.py) and model, whole nodes "
+                        "of workers (--workers); set --precision bf16 or fp8 instead")
+    model, cluster = found
+    precision, why = resolve_precision(cluster.gpu, workload_of(c), model, fp8_shard(c, cluster), not c.reshard_after_forward,
+                                       c.lora_rank)
+    return dataclasses.replace(c, precision=precision), f"precision auto: {precision} ({why})"
 
 
 def predicted_link_gbps(found: Estimate) -> float | None:

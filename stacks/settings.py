@@ -98,8 +98,10 @@ class TrainingSettings:
     """Gradient reduction dtype: bf16 halves the bytes on the one EFA link (+52% tokens/s predicted on
     2 x g6.12xlarge; the loss curve kept fp32's in the 62-step comparison, docs/benchmarks.md), or fp32."""
     precision: str = field(default="bf16", metadata=_trainer())
-    """Matmul precision of the decoder layers: bf16, or fp8 (torchao float8; needs FP8 tensor cores: g6, g6e, p5,
-    not g5 or p4d; full fine-tuning only). Off by default until its speed and loss parity are measured
+    """Matmul precision of the decoder layers: bf16, fp8 (torchao float8; needs FP8 tensor cores: g6, g6e, p5,
+    not g5 or p4d; full fine-tuning only) or auto: resolved at synth (planning/fp8.py) to fp8 only on GPU
+    classes where fp8's speed and loss parity were measured (H100, H200: p5) and predicted faster at the run's
+    shape, bf16 elsewhere (the L4 of g6 is unmeasured). `make synth`'s review gives fp8's predicted gain either way
     (docs/benchmarks.md)."""
     reshard_after_forward: bool = field(default=True, metadata=_trainer())
     """False keeps each layer's weights gathered through a step's micro-batches: one all-gather per

@@ -115,7 +115,7 @@ def _manifests(template: dict, kind: str) -> list[dict]:
 
 
 def _job_plan(template: dict):
-    """(model, workload, cluster, Estimate, auto's line or None) of the RayJob's entrypoint on these nodes
+    """(model, workload, cluster, Estimate, auto's line or None, options) of the RayJob's entrypoint on these nodes
     (planning.plan): the synth resolved auto into the entrypoint, and left what it picked and why in an
     annotation; or None."""
     from cdk_constructs.annotations import AUTO_ANNOTATION
@@ -144,7 +144,7 @@ def _job_plan(template: dict):
                     activation_checkpointing=cfg.activation_checkpointing, loss_chunk_tokens=cfg.loss_chunk_tokens,
                     steps=cfg.steps, lora_rank=cfg.lora_rank)
     chosen = estimate(model, work, cluster, Layout(cfg.sharding, not cfg.reshard_after_forward, cfg.reduce_dtype))
-    return model, work, cluster, chosen, jobs[0]["metadata"].get("annotations", {}).get(AUTO_ANNOTATION)
+    return model, work, cluster, chosen, jobs[0]["metadata"].get("annotations", {}).get(AUTO_ANNOTATION), cfg
 
 
 def training_estimate(template: dict):
@@ -154,7 +154,7 @@ def training_estimate(template: dict):
     found = _job_plan(template)
     if found is None:
         return None
-    model, work, cluster, chosen, _ = found
+    model, work, cluster, chosen = found[:4]
     return "training: " + summary_line(model, work, cluster, chosen) + " (python -m planning.plan for every layout)", chosen
 
 
@@ -168,6 +168,19 @@ def training_auto_line(template: dict) -> str | None:
     """What auto picked for the RayJob's run and why, as the synth resolved it; None without auto."""
     found = _job_plan(template)
     return found[4] if found else None
+
+
+def training_fp8_line(template: dict) -> str | None:
+    """fp8's predicted gain on the RayJob's GPU at its shape (planning.fp8), and the precision it runs in."""
+    from planning.auto import fp8_shard
+    from planning.fp8 import fp8_line
+
+    found = _job_plan(template)
+    if found is None:
+        return None
+    model, work, cluster, _, _, cfg = found
+    return (f"training precision {cfg.precision}; " + fp8_line(cluster.gpu, work, model, fp8_shard(cfg, cluster),
+                                                             not cfg.reshard_after_forward, cfg.lora_rank))
 
 
 def training_batch_line(template: dict) -> str | None:
@@ -363,7 +376,7 @@ def review_lines(template: dict) -> list[str]:
     plan = training_plan_line(template)
     if plan:
         lines.append(plan)
-        lines += filter(None, [training_auto_line(template), training_batch_line(template)])
+        lines += filter(None, [training_auto_line(template), training_batch_line(template), training_fp8_line(template)])
     lines += job_cost_lines(template, busy_gpu)
     lines += configmap_lines(template)
     return lines

@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from training.fp8 import plain_tensors
 from training.storage import SETTINGS, TRAIN_STATE
 
 # train_state.json's data_unit: positions written before it were each worker's micro-batches.
@@ -87,8 +88,10 @@ def worker_position(rows: int, world: int, micro_batch: int) -> int:
 
 
 def _state(model, optimizer) -> dict:
+    """What DCP saves and loads into: plain tensors sharing the model's and optimizer's storage (an fp8 run's
+    weights unwrapped from torchao's float8 wrapper), so any run, bf16 or fp8, with or without torchao, reads it."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    return {"model": model_state, "optim": optim_state}
+    return plain_tensors({"model": model_state, "optim": optim_state})
 
 
 def write_train_state(folder: str | Path, step: int, data_position: int) -> None:

@@ -129,7 +129,9 @@ class TrainConfig:
     precision: str = "bf16"
     """Matmuls of the decoder layers: bf16, or fp8 (torchao float8, tensorwise scaling, weights all-gathered
     in float8; the LM head and loss stay bf16). fp8 needs FP8 tensor cores (L4, L40S, H100, H200), full
-    fine-tuning and torchao (training.fp8; docs/benchmarks.md has its measured speed and loss)."""
+    fine-tuning and torchao (training.fp8; docs/benchmarks.md has its measured speed and loss). auto: the
+    planner's pick (planning/fp8.py), fp8 only on a GPU class where its speed and loss parity were measured
+    and where it is predicted faster; resolved before the trainer starts."""
     attention: str = "auto"
     """Attention kernel: sdpa (PyTorch's fused kernels; a document mask makes it use a slower masked
     one), flex (flex attention: skips the masked blocks of packed documents), or auto: flex for real
@@ -293,7 +295,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     for option in ("predicted_step_seconds", "predicted_link_gbps"):
         value = getattr(c, option)
         require(value is None or 0 < value < float("inf"), f"{option_flag(option)}: {value} must be above 0")
-    require(c.precision in PRECISIONS, f"--precision: {c.precision!r} must be one of {', '.join(PRECISIONS)}")
+    require(c.precision in PRECISIONS + (AUTO,), f"--precision: {c.precision!r} must be one of {', '.join(PRECISIONS + (AUTO,))}")
     # LoRA's frozen base weights get no gradient and its adapters are small: float8 casts would cost more than they save.
     require(c.precision != "fp8" or c.lora_rank == 0,
             f"--precision: fp8 trains full weights; with --lora-rank {c.lora_rank} use --precision bf16")

@@ -34,6 +34,8 @@ EXPORT_DTYPE = torch.bfloat16
 PREFIX = "lm."  # CausalLMWithLoss holds the Hugging Face model as .lm
 ADAPTER = "adapter"  # the export's subfolder holding the LoRA adapters alone
 ADAPTER_NAME = "default"  # peft's name for the one adapter inject_adapter_in_model adds
+# What an fp8 run's checkpoints pickled before training.fp8.plain_tensors: a reader without torchao can't load it.
+FLOAT8_WRAPPER = "WeightWithDynamicFloat8CastTensor"
 
 
 class ExportError(ValueError):
@@ -201,7 +203,10 @@ def export_live(model, cfg: TrainConfig, folder: str | Path, rank: int) -> None:
     """Export the training model: every rank joins the gather of its shards, rank 0 writes `folder`."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    from training.fp8 import plain_tensors
+
+    # One rank gathers nothing: an fp8 run's weights would still be torchao's float8 wrapper.
+    full = plain_tensors(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
     if rank == 0:
         write_export(full, cfg, folder)
 
@@ -217,6 +222,7 @@ def checkpoint_model_state(folder: str | Path) -> dict[str, torch.Tensor]:
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     reader = FileSystemReader(str(folder))
@@ -225,7 +231,14 @@ def checkpoint_model_state(folder: str | Path) -> dict[str, torch.Tensor]:
              for key, meta in items.items() if key.startswith("model.") and isinstance(meta, TensorStorageMetadata)}
     with warnings.catch_warnings():  # "no process group: assuming a single process", which is the intent
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load({"model": model}, storage_reader=reader, no_dist=True)
+        try:
+            dcp.load({"model": model}, storage_reader=reader, no_dist=True)
+        except (Exception, CheckpointException) as error:  # DCP's CheckpointException is a BaseException
+            if FLOAT8_WRAPPER not in str(error):
+                raise
+            raise ExportError(f"{folder} holds torchao's {FLOAT8_WRAPPER} (an fp8 run's checkpoint from before "
+                              f"checkpoints held plain tensors): export it where torchao is installed "
+                              f"(requirements-train.txt)") from None
     return model
 
 

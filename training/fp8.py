@@ -8,9 +8,16 @@ bytes of a bf16 gather, cast once from the fp32 shard before the gather instead 
 
 FP8 tensor cores exist from compute capability 8.9 (Ada: L4, L40S) and 9.0 (Hopper: H100, H200); A10G
 (8.6) and A100 (8.0) have none, so fp8 is refused there, in one line, before anything is built.
+
+Wherever state leaves the model (checkpoints, exports) it holds plain tensors (plain_tensors): the float8
+all-gather keeps each converted weight inside torchao's WeightWithDynamicFloat8CastTensor, which a checkpoint
+would otherwise pickle (a reader without torchao cannot load it) and an export would hand to safetensors (which
+cannot read its storage). The values are the fp32 master weights either way: float8 exists only in the matmuls.
 """
 
 from __future__ import annotations
+
+import sys
 
 from torch import nn
 
@@ -80,3 +87,30 @@ def after_optimizer_step(model: nn.Module) -> None:
     from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
 
     precompute_float8_dynamic_scale_for_fsdp(model)
+
+
+def plain_tensors(state):
+    """`state` (a state dict, nested dicts and lists of tensors) with every weight that torchao's float8 all-gather
+    wraps (WeightWithDynamicFloat8CastTensor, alone or as a DTensor's local shard) replaced by the plain tensor it
+    wraps, without a copy (the same storage: no second copy of the weights in GPU memory at each checkpoint).
+    Everything else is returned as is; nothing is imported (where torchao was never imported, nothing is wrapped)."""
+    utils = sys.modules.get("torchao.float8.fsdp_utils")
+    if utils is None:
+        return state
+    wrapper = utils.WeightWithDynamicFloat8CastTensor
+
+    def plain(value):
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(plain(v) for v in value)
+        if isinstance(value, wrapper):
+            return value._tensor
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(value, DTensor) and isinstance(value._local_tensor, wrapper):
+            return DTensor.from_local(value._local_tensor._tensor, value.device_mesh, value.placements,
+                                      run_check=False, shape=value.shape, stride=value.stride())
+        return value
+
+    return plain(state)

@@ -429,7 +429,7 @@ def refuse_changed_resume(cfg: TrainConfig) -> None:
 def refuse_planner_autos(cfg: TrainConfig) -> None:
     """auto that only the planner resolves is refused before anything starts, in one line naming the CLI that
     resolves it; --sharding auto on one machine (--local) is full and needs no planner."""
-    planner_only = [n for n in ("micro_batch", "activation_checkpointing") if getattr(cfg, n) == AUTO]
+    planner_only = [n for n in ("micro_batch", "activation_checkpointing", "precision") if getattr(cfg, n) == AUTO]
     if cfg.sharding == AUTO and not cfg.local:
         planner_only.append("sharding")
     if planner_only:

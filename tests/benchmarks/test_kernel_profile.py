@@ -194,10 +194,10 @@ def test_an_out_folder_that_cannot_be_written_is_refused_in_one_line(tmp_path, c
     assert capsys.readouterr().err.startswith(f"error: --out: '{blocker / 'sub'}' is not a writable folder (")
 
 
-@pytest.mark.parametrize("shapes", ["7", "0,x", "-1"])
+@pytest.mark.parametrize("shapes", ["9", "0,x", "-1"])
 def test_a_shape_index_out_of_range_is_refused_in_one_line(shapes, tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--shapes", shapes]) == 2
-    assert capsys.readouterr().err == f"error: --shapes: {shapes!r} must be comma-separated indexes from 0 to 6\n"
+    assert capsys.readouterr().err == f"error: --shapes: {shapes!r} must be comma-separated indexes from 0 to 8\n"
 
 
 def _profile_rank(rank: int, world: int, port: int, out: str) -> None:
@@ -225,3 +225,25 @@ def test_under_torchrun_every_rank_steps_and_rank_0_alone_writes_the_two_rank_pr
     assert written["world_size"] == 2 and written["shapes"][0]["world_size"] == 2
     assert written["shapes"][0]["step_s"] > 0
     assert not (tmp_path / "rank1" / "kernel-profile.json").exists()
+
+
+def test_the_converted_linears_gemms_are_timed_at_their_shapes_in_bf16_and_fp8(monkeypatch):
+    import torch
+
+    from benchmarks import worker
+
+    ran = []
+
+    def once(run, repeats):  # the CPU runs both kinds of GEMM (torch's _scaled_mm too); 1 ms each
+        ran.append(run())
+        return 1e-3
+
+    monkeypatch.setattr(worker, "_median_seconds", once)
+    rates = worker.linear_gemm_rates(torch.device("cpu"), "tiny", (8,))
+    # The tiny model: hidden 64, intermediate 128. down_proj's weight gradient: (64 out x 8 tokens) @ (8 x 128 in).
+    assert sorted(rates["8"]) == sorted(f"{layer} {gemm}" for layer in ("q_proj/o_proj", "gate_proj/up_proj", "down_proj")
+                                        for gemm in ("forward", "grad_input", "grad_weight"))
+    assert rates["8"]["down_proj grad_weight"] == {"gflop": 2 * 64 * 8 * 128 / 1e9, "bf16": 2 * 64 * 8 * 128 / 1e-3 / 1e12,
+                                                   "fp8": 2 * 64 * 8 * 128 / 1e-3 / 1e12}
+    assert {tuple(r.shape) for r in ran} >= {(64, 128), (8, 64), (8, 128)}
+    assert {r.dtype for r in ran} == {torch.bfloat16}

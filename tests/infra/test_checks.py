@@ -96,6 +96,12 @@ def test_review_prints_what_auto_picked_and_why_as_the_synth_resolved_it(templat
     assert not any(line.startswith("auto: ") for line in fixed)
 
 
+def test_review_gives_fp8s_predicted_gain_on_the_l4_default_and_says_it_is_unmeasured(template):
+    [line] = [line for line in review_lines(template.to_json()) if line.startswith("training precision ")]
+    assert re.match(r"training precision bf16; fp8: predicted \d\.\d\dx the bf16 step \(", line)
+    assert line.endswith("; unmeasured on the L4: a prediction from the H100/H200 figures")
+
+
 def test_per_run_cost_counts_the_gpu_nodes_from_start_to_removal(template, monkeypatch):
     """A worked example: a 10-minute training, start 180 s + 12 GiB at 150 MiB/s (81.92 s), TTL 300 s,
     scale-down 300 s: 1461.92 s of 2 x $4.6016/h = $3.74."""

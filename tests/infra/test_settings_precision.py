@@ -19,7 +19,7 @@ def test_fp8_refused_where_the_gpu_has_no_fp8_tensor_cores(instance_type, gpu):
 
 
 def test_an_unknown_precision_is_refused():
-    with pytest.raises(SettingsError, match=r"^training.precision: 'fp16' must be one of bf16, fp8$"):
+    with pytest.raises(SettingsError, match=r"^training.precision: 'fp16' must be one of bf16, fp8, auto$"):
         settings_from_context(base_context() | {"training.precision": "fp16"})
 
 
@@ -30,3 +30,11 @@ def test_fp8_reaches_the_trainer_on_the_default_l4_cluster():
 
 def test_bf16_by_default():
     assert trainer_options(settings_from_context(base_context()))["precision"] == "bf16"
+
+
+def test_auto_is_resolved_at_synth_to_bf16_on_the_default_l4_cluster():
+    from stacks.settings import planned_trainer_options
+
+    options, line = planned_trainer_options(settings_from_context(base_context() | {"training.precision": "auto"}))
+    assert options["precision"] == "bf16"
+    assert "precision auto: bf16 (fp8 is unmeasured on the L4" in line

@@ -26,6 +26,9 @@ PLANNER_REFUSED = [
     (["--sharding", "auto", "--workers", "8", "--model", "qwen2.5-1.5b"],
      r"^--sharding: auto needs a known --instance-type \(planning/hardware.py\), whole nodes of workers \(--workers\); "
      r"set --sharding full or hybrid instead$"),
+    (["--precision", "auto", "--sharding", "full"],
+     r"^--precision: auto needs a known --instance-type \(planning/hardware.py\) and model, whole nodes of workers "
+     r"\(--workers\); set --precision bf16 or fp8 instead$"),
     (["--instance-type", "x1.large", "--sharding", "full"],
      r"^--instance-type: 'x1.large' is not in planning/hardware.py \(g4dn.xlarge, g5.48xlarge, g6.12xlarge, "),
 ]
@@ -107,3 +110,26 @@ def test_a_run_on_part_of_a_node_is_planned_on_the_gpus_it_uses():
 
     _, cluster = planned(parse_args(LORA_ON_TWO_OF_FOUR_GPUS))
     assert (cluster.nodes, cluster.gpus_per_node) == (1, 2)  # 2 of the g6.12xlarge's 4 L4s
+
+
+P5_FITTING = ["--model", "qwen2.5-1.5b", "--instance-type", "p5.48xlarge", "--workers", "16", "--profile", "h200",
+              "--micro-batch", "4", "--grad-accum", "2"]
+
+
+def test_precision_auto_picks_fp8_on_a_p5_at_the_h200_profile_and_says_why():
+    run = resolve_run(parse_args(P5_FITTING + ["--precision", "auto"]))
+    assert run.config.precision == "fp8"
+    assert run.line.startswith("precision auto: fp8 (fp8 predicted 1.") and run.line.endswith("measured on the H100)")
+
+
+def test_precision_auto_keeps_bf16_on_the_l4_default_where_fp8_is_unmeasured():
+    run = resolve_run(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "1", "--activation-checkpointing", "full",
+                                                    "--precision", "auto"]))
+    assert run.config.precision == "bf16"
+    assert run.line.startswith("precision auto: bf16 (fp8 is unmeasured on the L4 (predicted 0.")
+
+
+def test_precision_auto_joins_the_line_of_the_other_autos():
+    run = resolve_run(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto",
+                                                    "--precision", "auto"]))
+    assert run.line.startswith("auto: ") and "; precision auto: bf16 (" in run.line

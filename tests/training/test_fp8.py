@@ -147,7 +147,7 @@ def test_the_trainer_refuses_fp8_before_building_on_the_cpu():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--precision", "fp16"], r"^--precision: 'fp16' must be one of bf16, fp8$"),
+    (["--precision", "fp16"], r"^--precision: 'fp16' must be one of bf16, fp8, auto$"),
     (["--precision", "fp8", "--lora-rank", "8"], r"^--precision: fp8 trains full weights; with --lora-rank 8 use --precision bf16$"),
     (["--precision", "fp8", "--no-gpu"], r"^--precision: fp8 needs a GPU with FP8 tensor cores; --no-gpu trains on the CPU"),
 ])

@@ -403,6 +403,12 @@ def test_the_trainer_refuses_an_auto_only_the_planner_resolves(capsys):
                                        "with the same options, or set --micro-batch and --activation-checkpointing\n")
 
 
+def test_the_trainer_refuses_precision_auto_unresolved(capsys):
+    assert main(["--model", "tiny", "--workers", "2", "--local", "--precision", "auto"]) == 2
+    assert capsys.readouterr().err == ("error: --precision: auto needs the planner: run python -m planning.train with "
+                                       "the same options, or set --precision\n")
+
+
 def test_sharding_auto_on_a_cluster_is_refused_and_on_one_machine_is_full(capsys):
     from training.train import choose_layout, refuse_planner_autos
 

@@ -1,0 +1,102 @@
+"""benchmarks.parity without a GPU: the corpus it makes, the data orders, and the criterion, with figures worked by hand."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from benchmarks import parity
+
+
+def corpus_folder(tmp_path):
+    """Twenty small source files, and an installed package that is not the standard library's."""
+    for i in range(20):
+        (tmp_path / "pkg" / f"m{i}.py").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n" * 40)
+    (tmp_path / "site-packages" / "other").mkdir(parents=True)
+    (tmp_path / "site-packages" / "other" / "x.py").write_text("installed = True\n")
+    return tmp_path
+
+
+def test_the_corpus_holds_every_standard_library_file_once_training_or_held_out(tmp_path):
+    root = corpus_folder(tmp_path)
+    files = parity.source_files(root)
+    assert len(files) == 20  # site-packages left out
+    held = [f for f in files if parity.held_out(f.relative_to(root).as_posix())]
+    assert 0 < len(held) < 20
+    train, validation = parity.corpus(root, False), parity.corpus(root, True)
+    assert len(train) + len(validation) == sum(f.stat().st_size for f in files)
+    assert bytes(validation.numpy()) == b"".join(f.read_bytes() for f in held)
+
+
+def test_held_out_is_a_tenth_of_paths_by_their_hash():
+    # sha256("a.py") begins with byte 0xf0 = 240 (240 % 10 = 0: held out); "b.py" with 0x4a = 74 (4).
+    assert parity.held_out("a.py") and not parity.held_out("b.py")
+
+
+def test_a_data_order_repeats_exactly_and_another_order_differs(tmp_path):
+    stream = parity.corpus(corpus_folder(tmp_path), False)
+    first = [b["input_ids"] for b in itertools.islice(parity.order_batches(stream, 16, 2, 1, 0, 1), 3)]
+    again = [b["input_ids"] for b in itertools.islice(parity.order_batches(stream, 16, 2, 1, 0, 1), 3)]
+    other = [b["input_ids"] for b in itertools.islice(parity.order_batches(stream, 16, 2, 2, 0, 1), 3)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other))
+
+
+def test_labels_are_the_next_byte_and_two_ranks_split_one_ranks_rows(tmp_path):
+    stream = parity.corpus(corpus_folder(tmp_path), False)
+    one = next(parity.order_batches(stream, 16, 4, 3, 0, 1))
+    ranks = [next(parity.order_batches(stream, 16, 2, 3, r, 2)) for r in (0, 1)]
+    assert torch.equal(one["input_ids"][:, 1:], one["labels"][:, :-1]) and one["input_ids"].max() < 256
+    assert torch.equal(torch.cat([r["input_ids"] for r in ranks]), one["input_ids"])
+
+
+def run(val_loss: float, losses: list[float], order: int = 1, precision: str = "bf16") -> dict:
+    return {"val_loss": val_loss, "losses": losses, "order": order, "precision": precision}
+
+
+def test_the_tolerance_is_the_relative_range_of_bf16_over_data_orders_without_the_control():
+    runs = {"bf16, order 1": run(2.00, [1.0]), "bf16, order 2": run(2.02, [1.0], 2), "bf16, order 3": run(1.98, [1.0], 3),
+            parity.CONTROL: run(2.50, [1.0]), "fp8, order 1": run(3.0, [1.0], 1, "fp8")}
+    # (2.02 - 1.98) / mean(2.00, 2.02, 1.98) = 0.04 / 2.0 = 2%; the control and fp8 take no part.
+    assert parity.criterion(runs) == pytest.approx(0.02)
+
+
+def test_a_branch_within_the_tolerance_on_validation_and_the_last_third_holds():
+    reference = run(2.0, [3.0, 2.0, 1.0])
+    # Validation 2.01 / 2.0 - 1 = +0.50%; last third (the last step) 1.004 / 1.0 - 1 = +0.40%; the first step 3.03
+    # (1.00% off, the largest) is reported but not judged.
+    holds, line = parity.judge("fp8, order 1", run(2.01, [3.03, 2.0, 1.004]), reference, 0.006)
+    assert holds
+    assert line == ("fp8, order 1: validation loss 2.0100 vs 2.0000 (+0.500%), last-third training loss +0.400% "
+                    "(largest single step 1.00% at step 1): parity holds (tolerance 0.600%)")
+
+
+def test_a_lower_validation_loss_beyond_the_tolerance_fails():
+    # The tolerance applies either side: 1.98 / 2.0 - 1 = -1.00% is no parity, though it looks better.
+    holds, line = parity.judge("fp8, order 1", run(1.98, [1.0]), run(2.0, [1.0]), 0.006)
+    assert not holds and line.endswith("parity fails (tolerance 0.600%)")
+
+
+def test_a_last_third_off_by_more_than_the_tolerance_fails_with_the_same_validation_loss():
+    holds, _ = parity.judge("fp8, order 1", run(2.0, [3.0, 2.0, 1.01]), run(2.0, [3.0, 2.0, 1.0]), 0.006)
+    assert not holds
+
+
+def test_fp8_is_not_judged_when_the_control_fails():
+    runs = {"bf16, order 1": run(2.00, [1.0]), "bf16, order 2": run(2.01, [1.0], 2), "bf16, order 3": run(2.00, [1.0], 3),
+            parity.CONTROL: run(2.10, [1.0]), "fp8, order 1": run(2.0, [1.0], 1, "fp8")}
+    lines = parity.verdict_lines(runs)
+    assert lines[0].startswith("tolerance: 0.499%")  # 0.01 / 2.00333
+    assert lines[1].startswith("control: ") and lines[1].endswith("parity fails (tolerance 0.499%)")
+    assert lines[2] == "fp8, order 1: not judged: the control fails the criterion"
+
+
+def test_fp8_is_judged_against_bf16_of_its_own_data_order_once_the_control_passes():
+    runs = {"bf16, order 1": run(2.00, [1.0]), "bf16, order 2": run(2.04, [1.0], 2), "bf16, order 3": run(2.02, [1.0], 3),
+            parity.CONTROL: run(2.00, [1.0]), "fp8, order 2": run(2.04, [1.0], 2, "fp8")}
+    # Against order 2's 2.04: +0.000%; against order 1's 2.00 it would be +2.0%, beyond the 1.98% tolerance.
+    assert parity.verdict_lines(runs)[2].startswith("fp8, order 2: validation loss 2.0400 vs 2.0400 (+0.000%)")
+    assert parity.verdict_lines(runs)[2].endswith("parity holds (tolerance 1.980%)")
