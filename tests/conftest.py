@@ -111,6 +111,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
         ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret,
+        wandb_api_key_secret=t.wandb_api_key_secret,
         pulled_image=cached_image(t.image, f"{ACCOUNT_PLACEHOLDER}.dkr.ecr.{s.region}.{URL_SUFFIX_PLACEHOLDER}")
         if s.image_pull_through_cache else None)
     job = rm.RayJobSpec(

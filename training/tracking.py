@@ -137,22 +137,20 @@ class Tracker:
         """The run ended (failed: stopped by an error; a retry reopens it). exported: where the model went."""
 
 
-def start(cfg, run_uri: str, rank: int, resumed_from: int, health: dict | None, earlier: list[dict] = (),
+def start(cfg, run_uri: str, rank: int, resumed_from: int, health: str | None, earlier: list[dict] = (),
           log=print) -> Tracker:
-    """Rank 0's tracker for the run (connecting in the background), or one that does nothing. earlier: a resumed
-    run's step records up to its checkpoint (metrics.jsonl), sent where the tracker lacks them: a rank 0 that died
-    takes what it had not sent yet with it."""
+    """Rank 0's tracker for the run (connecting in the background), or one that does nothing. health: the health
+    gate's line. earlier: a resumed run's step records up to its checkpoint (metrics.jsonl), sent where the tracker
+    lacks them: a rank 0 that died takes what it had not sent yet with it."""
     if rank != 0 or cfg.tracking == "none":
         return Tracker()
     import dataclasses
-
-    from training.health import health_line
 
     backend = (_Mlflow(cfg.mlflow_tracking_uri, cfg.mlflow_experiment, cfg.run_name) if cfg.tracking == "mlflow"
                else _Wandb(cfg.wandb_project, cfg.wandb_entity, cfg.run_name, run_uri))
     tags = {"run_uri": run_uri}
     if health:
-        tags["health"] = health_line(health)
+        tags["health"] = health
     if resumed_from:
         tags["resumed_from_step"] = str(resumed_from)
     sender = _Sender(backend, run_uri, dataclasses.asdict(cfg), tags, log)

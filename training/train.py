@@ -37,7 +37,7 @@ def train_func(config: dict) -> None:
     from training import checkpoint as ckpt
     from training import tracking, watchdog
     from training.fp8 import after_optimizer_step
-    from training.health import gate_for_run
+    from training.health import gate_for_run, health_line
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
@@ -87,7 +87,7 @@ def train_func(config: dict) -> None:
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
     metrics_log = RecordWriter(run_uri(cfg), read_metrics_file(cfg, up_to_step=step)) if rank == 0 else None
-    tracker = tracking.start(cfg, run_uri(cfg), rank, resumed_from=step, health=health_figures,
+    tracker = tracking.start(cfg, run_uri(cfg), rank, resumed_from=step, health=health_line(health_figures),
                              earlier=list(metrics_log.records) if metrics_log else [])
     last = None
 

@@ -17,8 +17,11 @@ from tools.review import review_lines
 
 VARIANTS = {
     "default": {},
+    # With a SageMaker MLflow tracker: its grant to the Ray pods under cfn-lint and cdk-nag (and tools/seams).
     "p5-reservation": {"gpu_instance_type": "p5.48xlarge", "capacity_reservation_id": "cr-0123456789abcdef0",
-                       "admin_principal_arn": "arn:aws:iam::123456789012:role/admin", "endpoint_access": "private"},
+                       "admin_principal_arn": "arn:aws:iam::123456789012:role/admin", "endpoint_access": "private",
+                       "training.tracking": "mlflow",
+                       "training.mlflow_tracking_uri": "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"},
 }
 
 

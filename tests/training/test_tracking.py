@@ -225,8 +225,8 @@ def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summar
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_DIR", raising=False)
     run = tmp_path / "r"
-    cfg = TrainConfig(tracking="wandb", wandb_project="demo", run_name="r", lr=0.002)
-    tracker = tracking.start(cfg, str(run), 0, 0, {"gate_s": 1.5, "predicted_link_gbps": None, "links": [], "gpus": []})
+    cfg = TrainConfig(tracking="wandb", wandb_project="demo", wandb_entity="ml-team", run_name="r", lr=0.002)
+    tracker = tracking.start(cfg, str(run), 0, 0, "health gate: passed in 1.5 s")
     for step in (1, 2, 3):
         tracker.step(step_record(step))
     tracker.summary({"transport": "gloo (CPU): no NCCL", "time": "dropped"})
@@ -242,5 +242,8 @@ def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summar
     assert config["lr"] == 0.002 and config["run_name"] == "r"
     summary = {k: v for r in records if r.WhichOneof("record_type") == "summary" for k, v in items(r.summary.update).items()}
     assert summary["transport"] == "gloo (CPU): no NCCL" and "time" not in summary
-    assert summary["health"] == "health gate: passed in 1.5 s: GPUs not checked (CPU); one node: no link to measure"
-    assert json.loads((run / tracking.TRACKING_FILE).read_text())["wandb"]["project"] == "demo"
+    assert summary["health"] == "health gate: passed in 1.5 s"
+    [header] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (header.project, header.entity, header.display_name) == ("demo", "ml-team", "r")
+    stored = json.loads((run / tracking.TRACKING_FILE).read_text())["wandb"]
+    assert stored == {"project": "demo", "entity": "ml-team", "id": header.run_id}

@@ -36,9 +36,19 @@ def losses(summary: dict) -> dict[int, float]:
     return {entry["step"]: entry["loss"] for entry in summary["loss_history"]}
 
 
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return fit(config(tmp_path_factory.mktemp("runs"), "straight", **SHAPE))
+    """Logged to an MLflow tracker where nothing listens (training/tracking.py): the run must not notice."""
+    return fit(config(tmp_path_factory.mktemp("runs"), "straight", tracking="mlflow",
+                      mlflow_tracking_uri=f"http://127.0.0.1:{closed_port()}", **SHAPE))
 
 
 def test_loss_falls_on_learnable_task(uninterrupted):
@@ -72,6 +82,14 @@ def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     for r in records:
         assert r["tokens_per_s_per_gpu"] * r["step_time_s"] == pytest.approx(64 * 2 * 2, rel=1e-6), r
+
+
+def test_a_run_whose_tracker_is_down_trains_to_the_end(uninterrupted):
+    """Every test above holds for a run whose tracker never answered; it records no tracking run."""
+    from training.tracking import TRACKING_FILE
+
+    assert uninterrupted["final_step"] == STEPS
+    assert not (Path(uninterrupted["run"]) / TRACKING_FILE).exists()
 
 
 @pytest.fixture(scope="module")
