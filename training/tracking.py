@@ -34,6 +34,8 @@ MAX_PENDING = 100_000
 """Records kept for a tracker that is down; past this, the oldest are dropped (and counted)."""
 BATCH = 50
 """Records per send: one MLflow log-batch call (50 steps of about 12 metrics are within its 1000)."""
+SEND_EVERY_S = 2.0
+"""Sends are at least this far apart (but for the last): fast steps go out together, not a request each."""
 
 # Exact pins, the same as requirements-train.txt (tests/training/test_tracking.py): what a pod installs
 # through the Ray runtime env when its image lacks the package (runtime_env).
@@ -117,9 +119,9 @@ def needed_packages(cfg) -> dict[str, str]:
 
 
 def runtime_env(cfg) -> dict:
-    """The Ray runtime env's pip packages for the tracker where this Python lacks them (the cluster image has
-    neither MLflow nor W&B; every pod runs the same image as the driver). Ray installs them once per node, in a
-    copy of the image's virtualenv (README, "Experiment tracking"); none where they are importable."""
+    """The training workers' runtime env: pip packages for the tracker where this Python lacks them (the cluster
+    image has neither MLflow nor W&B; every pod runs the driver's image). Ray installs them once per node, in a
+    copy of the image's virtualenv (README, "Experiment tracking"); nothing where they are importable."""
     missing = [pin for module, pin in needed_packages(cfg).items() if importlib.util.find_spec(module) is None]
     return {"pip": {"packages": missing, "pip_check": False}} if missing else {}
 
@@ -154,8 +156,8 @@ def start(cfg, run_uri: str, rank: int, resumed_from: int, health: str | None, e
     if resumed_from:
         tags["resumed_from_step"] = str(resumed_from)
     sender = _Sender(backend, run_uri, dataclasses.asdict(cfg), tags, log)
-    for record in earlier:
-        sender.step(record)
+    for record in earlier:  # logged at their own time
+        sender._put(("step", dict(record, logged_ms=_milliseconds(record.get("time")))))
     return sender
 
 
@@ -174,7 +176,7 @@ class _Sender(Tracker):
         self._thread.start()
 
     def step(self, fields: dict) -> None:
-        self._put(("step", dict(fields, logged_ms=_milliseconds(fields.get("time")))))
+        self._put(("step", dict(fields, logged_ms=int(time.time() * 1000))))
 
     def summary(self, figures: dict) -> None:
         self._put(("summary", {k: v for k, v in figures.items() if v is not None and k not in _NOT_SUMMARY}))
@@ -213,10 +215,9 @@ class _Sender(Tracker):
                 self.backend.send([item for item in batch if item[0] != "step" or item[1]["step"] > self._logged_to])
             except Exception as error:  # anything the tracker or its client raises: training goes on
                 self._failed(error)
-                with self._changed:
-                    if self._closing:
-                        return
-                    self._changed.wait(RETRY_S)
+                if self._closing:
+                    return
+                self._pause(RETRY_S)
                 continue
             with self._changed:
                 for item in batch:  # by identity: a full queue may have dropped its oldest meanwhile
@@ -225,6 +226,14 @@ class _Sender(Tracker):
             if batch[-1][0] == "end":
                 self._done = True
                 return
+            self._pause(SEND_EVERY_S)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait this long, or until the run closes (a logged step does not end the wait)."""
+        deadline = time.monotonic() + seconds
+        with self._changed:
+            while not self._closing and time.monotonic() < deadline:
+                self._changed.wait(deadline - time.monotonic())
 
     def _failed(self, error: Exception) -> None:
         first_line = (str(error).strip().splitlines() or [""])[0][:200]

@@ -394,9 +394,7 @@ def run_uri(cfg: TrainConfig) -> str:
 
 def runtime_env(cfg: TrainConfig) -> dict:
     """The job's Ray runtime environment: every worker process on every node starts with it."""
-    from training.tracking import runtime_env as tracker_packages
-
-    return {"env_vars": worker_env(cfg), "worker_process_setup_hook": prepare_worker_process, **tracker_packages(cfg)}
+    return {"env_vars": worker_env(cfg), "worker_process_setup_hook": prepare_worker_process}
 
 
 def worker_env(cfg: TrainConfig) -> dict[str, str]:
@@ -465,6 +463,7 @@ def fit(cfg: TrainConfig) -> dict:
                           "use --precision bf16")
     datasets = real_datasets(cfg)
     from training import train as importable  # by reference: `python -m` makes this module __main__
+    from training.tracking import runtime_env as tracker_packages
 
     trainer = TorchTrainer(
         importable.train_func,
@@ -475,6 +474,7 @@ def fit(cfg: TrainConfig) -> dict:
             name=cfg.run_name, storage_path=storage_uri(cfg.storage_path),
             failure_config=FailureConfig(max_failures=cfg.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
+            worker_runtime_env=tracker_packages(cfg),  # the training workers only: rank 0 logs
         ),
         datasets=datasets or None,
         # Every worker reads whole datasets and keeps its share (training.data_plan): Ray's own split

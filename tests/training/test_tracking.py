@@ -80,8 +80,10 @@ class Backend:
     def __init__(self, holds_up_to: int = 0, fails: int = 0, seconds: float = 0.0) -> None:
         self.holds_up_to, self.fails, self.seconds = holds_up_to, fails, seconds
         self.sent: list[tuple] = []
+        self.opened = self.sends = 0
 
     def open(self, run_uri: str) -> int:
+        self.opened += 1
         if self.fails:
             self.fails -= 1
             raise ConnectionError("connection refused")
@@ -90,6 +92,7 @@ class Backend:
     def send(self, batch: list[tuple]) -> None:
         time.sleep(self.seconds)
         self.sent += batch
+        self.sends += 1
 
     def steps(self) -> list[int]:
         return [value["step"] for kind, value in self.sent if kind == "step"]
@@ -120,6 +123,24 @@ def test_a_dead_tracker_costs_the_step_a_queue_append_and_warns_once(monkeypatch
     assert [line.split(" failed ")[0] for line in lines if " failed " in line] == ["tracking: a test tracker"]
     assert lines[-1].startswith("tracking: 2003 record(s) not sent to a test tracker (ConnectionError: connection refused)")
     assert backend.sent == []
+
+
+def test_steps_logged_meanwhile_neither_hasten_the_retry_nor_each_make_a_request(monkeypatch):
+    """200 steps over half a second: a dead tracker is tried once (the next try is RETRY_S later, or at the close),
+    and a live one gets them in a few batched sends, not one request per step."""
+    monkeypatch.setattr(tracking, "RETRY_S", 30.0)
+    monkeypatch.setattr(tracking, "SEND_EVERY_S", 30.0)
+    dead, live = Backend(fails=10**9), Backend()
+    trackers = [sender(dead, []), sender(live, [])]
+    for step in range(1, 201):
+        for tracker in trackers:
+            tracker.step(step_record(step))
+        time.sleep(0.0025)
+    assert dead.opened == 1
+    for tracker in trackers:
+        tracker.close()
+    # The first send, then the 201 records left and the end in batches of 50 at the close: 6 requests, not 200.
+    assert live.sends <= 1 + -(-202 // tracking.BATCH) and live.steps() == list(range(1, 201))
 
 
 def test_a_slow_tracker_is_waited_for_at_the_end_only_up_to_its_bound(monkeypatch):
@@ -232,7 +253,11 @@ def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summar
     tracker.summary({"transport": "gloo (CPU): no NCCL", "time": "dropped"})
     tracker.close()
     [path] = glob.glob(str(run / "wandb" / "offline-run-*" / "run-*.wandb"))
+    deadline = time.monotonic() + 30
     records = wandb_records(path)
+    while "exit" not in {r.WhichOneof("record_type") for r in records} and time.monotonic() < deadline:
+        time.sleep(0.1)  # wandb-core, a process of its own, may still be writing the file
+        records = wandb_records(path)
     def items(entries) -> dict:  # wandb-core writes a key as nested_key, the Python SDK as key
         return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in entries}
 
