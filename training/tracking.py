@@ -63,8 +63,6 @@ MLFLOW_OPERATIONS = {
 WANDB_SECRET_ENV = "WANDB_API_KEY_SECRET"
 # Fields of a step record that are not metrics.
 _NOT_METRICS = ("time", "step", "steps", "eta_s", "logged_ms")
-# Figures of the last step line that say nothing about the run as a whole.
-_NOT_SUMMARY = ("time", "eta_s", "steps")
 # MLflow's limits per log-batch call (mlflow.utils.validation): 100 params, 100 tags, 1000 entities in all.
 _BATCH_METRICS, _BATCH_PARAMS_TAGS = 800, 100
 # MLflow keeps at most 8000 characters of a tag's value (MAX_TAG_VAL_LENGTH); longer summaries are cut.
@@ -172,14 +170,18 @@ class _Sender(Tracker):
         self._failing: str | None = None
         self._warned = False
         self._dropped = self._logged_to = 0
+        self._step_fields: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="tracking", daemon=True)
         self._thread.start()
 
     def step(self, fields: dict) -> None:
+        self._step_fields.update(fields)
         self._put(("step", dict(fields, logged_ms=int(time.time() * 1000))))
 
     def summary(self, figures: dict) -> None:
-        self._put(("summary", {k: v for k, v in figures.items() if v is not None and k not in _NOT_SUMMARY}))
+        """The run's figures, less those of its last step line (the tracker has them as metrics)."""
+        self._put(("summary", {k: v for k, v in figures.items()
+                               if v is not None and (k == "step" or k not in self._step_fields)}))
 
     def close(self, failed: bool = False, exported: str | None = None) -> None:
         if self._closing:

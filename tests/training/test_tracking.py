@@ -250,7 +250,7 @@ def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summar
     tracker = tracking.start(cfg, str(run), 0, 0, "health gate: passed in 1.5 s")
     for step in (1, 2, 3):
         tracker.step(step_record(step))
-    tracker.summary({"transport": "gloo (CPU): no NCCL", "time": "dropped"})
+    tracker.summary({"transport": "gloo (CPU): no NCCL", "step": 3, "loss": 5.7, "time": "dropped"})
     tracker.close()
     [path] = glob.glob(str(run / "wandb" / "offline-run-*" / "run-*.wandb"))
     deadline = time.monotonic() + 30
@@ -266,7 +266,8 @@ def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summar
     config = {k: v for r in records if r.WhichOneof("record_type") == "config" for k, v in items(r.config.update).items()}
     assert config["lr"] == 0.002 and config["run_name"] == "r"
     summary = {k: v for r in records if r.WhichOneof("record_type") == "summary" for k, v in items(r.summary.update).items()}
-    assert summary["transport"] == "gloo (CPU): no NCCL" and "time" not in summary
+    # The step line's own fields are metrics already: the summary adds the run's (W&B keeps the last loss itself).
+    assert summary["transport"] == "gloo (CPU): no NCCL" and summary["step"] == 3 and "time" not in summary
     assert summary["health"] == "health gate: passed in 1.5 s"
     [header] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (header.project, header.entity, header.display_name) == ("demo", "ml-team", "r")
