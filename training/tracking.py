@@ -8,7 +8,8 @@ Resume: the tracking run's id is stored in the run folder (TRACKING_FILE, beside
 worker-group restart, a job retry or a rerun under the same run name continues the same tracking run.
 A resumed run retrains the steps after its checkpoint; steps the tracker already holds are not sent
 again (MLflow would keep both values of a step, W&B refuses a step below its last), so each step is
-logged once, with the value first logged for it (the same loss for an exact resume).
+logged once, with the value first logged for it (the same loss for an exact resume); the steps up to the
+checkpoint that a killed rank 0 had not sent are sent from metrics.jsonl by the next one.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ MAX_PENDING = 100_000
 BATCH = 50
 """Records per send: one MLflow log-batch call (50 steps of about 12 metrics are within its 1000)."""
 SEND_EVERY_S = 2.0
-"""Sends are at least this far apart (but for the last): fast steps go out together, not a request each."""
+"""Sends are this far apart unless a backlog waits (and for the last): fast steps go out together, not a request each."""
 
 # Exact pins, the same as requirements-train.txt (tests/training/test_tracking.py): what a pod installs
 # through the Ray runtime env when its image lacks the package (runtime_env).
@@ -221,6 +222,7 @@ class _Sender(Tracker):
                     return
                 self._pause(RETRY_S)
                 continue
+            self._failing = None
             with self._changed:
                 for item in batch:  # by identity: a full queue may have dropped its oldest meanwhile
                     if self._pending and self._pending[0] is item:
@@ -228,7 +230,8 @@ class _Sender(Tracker):
             if batch[-1][0] == "end":
                 self._done = True
                 return
-            self._pause(SEND_EVERY_S)
+            if len(self._pending) < BATCH:  # a backlog (a tracker back after an outage) goes out at once
+                self._pause(SEND_EVERY_S)
 
     def _pause(self, seconds: float) -> None:
         """Wait this long, or until the run closes (a logged step does not end the wait)."""

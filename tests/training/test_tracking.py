@@ -175,6 +175,21 @@ def test_a_tracker_that_comes_back_gets_every_queued_step_in_order(monkeypatch):
     assert len([line for line in lines if " failed " in line]) == 1
 
 
+def test_a_tracker_back_from_a_failure_is_waited_for_at_the_end_like_any_other(monkeypatch):
+    """Down once, then slow (1.2 s a send): the close waits for the last send as for a tracker that never failed."""
+    monkeypatch.setattr(tracking, "RETRY_S", 0.05)
+    lines: list[str] = []
+    backend = Backend(fails=1, seconds=1.2)
+    tracker = sender(backend, lines)
+    tracker.step(step_record(1))
+    deadline = time.monotonic() + 10
+    while not backend.sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    tracker.step(step_record(2))
+    tracker.close()
+    assert backend.steps() == [1, 2] and not any("not sent" in line for line in lines)
+
+
 def test_a_resumed_run_sends_only_the_steps_its_tracker_does_not_hold():
     """The checkpoint is at step 3, the tracker holds steps up to 4 (logged before the restart): of the retrained
     steps 4-6, only 5 and 6 are sent."""
