@@ -2,7 +2,7 @@
 tracking server or MLflow App, or reading the one secret that holds the W&B API key.
 
 tools/seams judges these grants against the calls the trainer makes (training/tracking.py MLFLOW_OPERATIONS,
-which test_tracking_ray proves against a real server's access log), as IAM evaluates them.
+which test_train_ray proves against a real server's access log), as IAM evaluates them.
 """
 
 from __future__ import annotations

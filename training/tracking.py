@@ -49,7 +49,7 @@ SAGEMAKER_MLFLOW_ARN = re.compile(r"arn:(aws|aws-us-gov):sagemaker:([a-z0-9-]+):
 HTTP_URI = re.compile(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~/-]*)?")
 
 # The REST calls this module makes through MlflowClient, by path, and the operation each is (the IAM action
-# sagemaker-mlflow:<operation> on a tracking server). tests/training/test_tracking_ray.py reads the loopback
+# sagemaker-mlflow:<operation> on a tracking server). tests/training/test_train_ray.py reads the loopback
 # server's access log and fails on a call missing here; tools/seams judges each against the pods' role.
 MLFLOW_OPERATIONS = {
     "/api/2.0/mlflow/experiments/get-by-name": "GetExperimentByName",

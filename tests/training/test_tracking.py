@@ -1,6 +1,6 @@
 """The experiment tracker on rank 0 (training/tracking.py), without Ray: its options' refusals, what a slow, dead
 or recovering tracker costs the step, what a resumed run sends, the packages it needs, and W&B's offline files.
-The run end to end against a real MLflow server: test_tracking_ray.py."""
+The runs end to end against a real MLflow server: test_train_ray.py."""
 
 from __future__ import annotations
 
