@@ -133,6 +133,9 @@ class RayClusterSpec:
     """AWS_REGION of the pods, so that no SDK asks the (unreachable) instance metadata for it."""
     hf_token_secret: str | None = None
     """A Secret (key `token`) whose value becomes HF_TOKEN, by reference: never a plain value."""
+    wandb_api_key_secret: str | None = None
+    """The Secrets Manager secret (name or ARN) of the W&B API key: its name reaches the workers, where rank 0
+    reads the key through the pods' role (training/tracking.py); the key itself never appears here."""
     extra_env: dict[str, str] = field(default_factory=dict)
     pulled_image: str | None = None
     """Where the pods pull `image` from when not from its own registry (a pull-through cache; its URI holds
@@ -166,6 +169,8 @@ def _env(spec: RayClusterSpec, worker: bool) -> list[dict]:
     variables = [{"name": k, "value": v} for k, v in env.items()]
     if worker:  # the health gate names a slow node by the Kubernetes node's name (a pod's hostname is the pod's)
         variables.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+    if worker and spec.wandb_api_key_secret:
+        variables.append({"name": WANDB_SECRET_ENV, "value": spec.wandb_api_key_secret})
     if spec.hf_token_secret:
         variables.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.hf_token_secret, "key": "token"}}})
     return variables
@@ -313,6 +318,10 @@ _NAMING_REGISTRY = "<cache>"
 # checkpoints) across them.
 WORLD_SIZE_OPTIONS = ("workers", "micro_batch", "activation_checkpointing", "sharding", "predicted_step_seconds",
                       "predicted_link_gbps")
+# Where the run is reported, not what it trains: a run that gets a tracker keeps its name and checkpoints.
+TRACKING_OPTIONS = ("tracking", "mlflow_tracking_uri", "mlflow_experiment", "wandb_project", "wandb_entity")
+# training/tracking.py reads the W&B key's secret from this variable (the trainer is not imported at synth).
+WANDB_SECRET_ENV = "WANDB_API_KEY_SECRET"
 
 
 @dataclass(frozen=True)
@@ -360,8 +369,8 @@ class RayJobSpec:
         """What the run is: its options, the trainer's code and the rerun number. A retry or a new image
         under the same run name resumes its checkpoints. The world size (workers, from gpu_node_count) is not
         part of it: the trainer resumes a run on another number of GPUs at the same global batch, so a
-        deploy with fewer nodes continues the run."""
-        naming = {k: v for k, v in self.trainer_options.items() if k not in WORLD_SIZE_OPTIONS}
+        deploy with fewer nodes continues the run. Nor is the tracker: turning it on continues the run."""
+        naming = {k: v for k, v in self.trainer_options.items() if k not in WORLD_SIZE_OPTIONS + TRACKING_OPTIONS}
         base = f"ft-{digest([naming, self.trainer_hash])}"
         return f"{base}-r{self.rerun}" if self.rerun else base
 

@@ -30,6 +30,7 @@ from cdk_constructs import kuberay_rules
 from cdk_constructs import ray_manifests as rm
 from cdk_constructs.network_policies import training_network_policies
 from cdk_constructs.pod_identity import pod_identity_role
+from cdk_constructs.tracking_access import grant_tracking_access
 
 TRAINER_PACKAGE = Path(__file__).resolve().parent.parent / rm.TRAINER_PACKAGE
 
@@ -87,6 +88,9 @@ class TrainingWorkloadProps:
     region: str | None = None
     ray_version: str = "2.58.0"
     hf_token_secret: str | None = None
+    wandb_api_key_secret: str | None = None
+    """The Secrets Manager secret of the W&B API key (--tracking wandb): its name reaches the workers, and the
+    pods' role may read it."""
     rerun: int = 0
     """Part of the run's and the job's names: a new number trains the same settings again, from the start."""
     active_deadline_seconds: int = 4 * 3600
@@ -128,6 +132,7 @@ class TrainingWorkload(Construct):
             self, "RayPodIdentity", cluster_name=cluster.cluster_name, namespace=props.namespace,
             service_account=props.service_account, role_arn=self.role.role_arn)
         grant_checkpoint_access(self.bucket, self.role)
+        grant_tracking_access(self.role, props.trainer_options.get("mlflow_tracking_uri"), props.wandb_api_key_secret)
 
         files = rm.trainer_files(props.trainer_package or TRAINER_PACKAGE)
         pods = rm.RayClusterSpec(
@@ -136,6 +141,7 @@ class TrainingWorkload(Construct):
             efa_per_worker=props.efa_per_worker, cpu_per_worker=props.cpu_per_worker,
             memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
             ray_version=props.ray_version, region=props.region, hf_token_secret=props.hf_token_secret,
+            wandb_api_key_secret=props.wandb_api_key_secret,
             pulled_image=props.pulled_image,
         )
         self.job_spec = rm.RayJobSpec(

@@ -117,6 +117,23 @@ class TrainingSettings:
     """Worker-group restarts Ray Train may make from the last checkpoint (the retries of training)."""
     require_efa: bool = field(default=True, metadata=_trainer())
     """Fail the job in its first minute when inter-node NCCL traffic is not on EFA, or cannot be verified."""
+    tracking: str = field(default="none", metadata=_trainer())
+    """Experiment tracker of the run: none, mlflow (mlflow_tracking_uri) or wandb (wandb_api_key_secret). Rank 0
+    logs every setting, each step's metrics, the health gate's line and the run summary (README, "Experiment
+    tracking"); the pods install the pinned client through the Ray runtime env."""
+    mlflow_tracking_uri: str | None = field(default=None, metadata=_trainer())
+    """tracking mlflow: a SageMaker managed MLflow tracking server or MLflow App ARN in the stack's account (the
+    Ray pods' role gets the calls the trainer makes on that ARN only), or an http(s) server the pods reach."""
+    mlflow_experiment: str | None = field(default=None, metadata=_trainer())
+    """tracking mlflow: the run's experiment, created if missing (default: MLflow's Default)."""
+    wandb_project: str | None = field(default=None, metadata=_trainer())
+    """tracking wandb: the W&B project (default: W&B's own)."""
+    wandb_entity: str | None = field(default=None, metadata=_trainer())
+    """tracking wandb: the W&B team or user (default: the API key's)."""
+    wandb_api_key_secret: str | None = None
+    """tracking wandb: the Secrets Manager secret (name or ARN, in the stack's region and account) whose value is
+    the W&B API key. The pods' role may read that secret only; rank 0 reads it when the run starts, so the key is
+    never in the template or the job's command line."""
     image: str = "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.1"
     """Container image of the Ray head and workers (Ray 2.58, PyTorch 2.13, EFA, aws-ofi-nccl)."""
     ray_version: str = "2.58.0"

@@ -136,6 +136,7 @@ class EfaTrainingStack(Stack):
                 bucket_auto_delete=t.checkpoint_bucket_auto_delete, operator_namespace=self.kuberay.namespace,
                 kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,
                 hf_token_secret=t.hf_token_secret, pre_running_deadline_seconds=t.pre_running_deadline_seconds,
+                wandb_api_key_secret=t.wandb_api_key_secret,
                 pulled_image=self.image_cache.image(t.image) if self.image_cache else None))
         if self.image_cache:
             self.training.ray_job.node.add_dependency(self.image_cache)

@@ -290,6 +290,7 @@ def _validate_training(s: Settings) -> None:
              "(KubeRay's token authentication needs it)")
     _require(t.hf_token_secret is None or re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", t.hf_token_secret) is not None,
              f"training.hf_token_secret: {t.hf_token_secret!r} must be a Kubernetes Secret name (lower-case letters, digits, '-', '.')")
+    _validate_tracking(s)
     # The trainer's own parser and validation, on the command line the RayJob will run; the bucket's
     # name exists only at deploy, and the names (digests) do not change what the trainer accepts.
     pods = RayClusterSpec(image=t.image, service_account="ray", trainer_files={}, worker_replicas=1, gpus_per_worker=1,
@@ -309,6 +310,36 @@ def _validate_training(s: Settings) -> None:
         rest = re.sub(r"--([a-z][a-z-]*)", lambda m: _setting_of_option(m.group(1).replace("-", "_")), rest)
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
     _validate_pod_paths(t)
+
+
+# Secrets Manager secret names: 1-512 of letters, digits and /_+=.@- (CreateSecret's Name); an ARN ends in the
+# name and the 6 random characters Secrets Manager appends.
+_SECRET_NAME = r"[A-Za-z0-9/_+=.@-]{1,512}"
+_SECRET_ARN = re.compile(rf"arn:aws[a-z-]*:secretsmanager:([a-z0-9-]+):(\d{{12}}):secret:{_SECRET_NAME}")
+
+
+def _validate_tracking(s: Settings) -> None:
+    """What the pods' role and environment need for the tracker; the trainer checks its own options."""
+    from training.tracking import SAGEMAKER_MLFLOW_ARN
+
+    t = s.training
+    secret = t.wandb_api_key_secret
+    _require((t.tracking == "wandb") == (secret is not None),
+             "training.wandb_api_key_secret: the Secrets Manager secret holding the W&B API key is needed with "
+             "training.tracking wandb, and only then" + (f" (training.tracking is {t.tracking})" if secret else ""))
+    if secret is not None:
+        arn = _SECRET_ARN.fullmatch(secret)
+        _require(arn is not None or re.fullmatch(_SECRET_NAME, secret) is not None,
+                 f"training.wandb_api_key_secret: {secret!r} must be a Secrets Manager secret name (letters, digits, "
+                 "/_+=.@-) or its ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>)")
+        _require(arn is None or (arn.group(1) == s.region and s.account in (None, arn.group(2))),
+                 f"training.wandb_api_key_secret: {secret!r} is not in the stack's region {s.region}"
+                 + (f" and account {s.account}" if s.account else "") + "; the pods read the secret there")
+    server = SAGEMAKER_MLFLOW_ARN.fullmatch(t.mlflow_tracking_uri or "")
+    _require(server is None or s.account in (None, server.group(3)),
+             f"training.mlflow_tracking_uri: {t.mlflow_tracking_uri!r} is in account {server.group(3) if server else ''}, "
+             f"the stack in {s.account}: SageMaker MLflow takes no resource policy, so the pods' role cannot be "
+             "allowed there; use a tracking server or MLflow App of this account")
 
 
 def _validate_pod_paths(t: TrainingSettings) -> None:

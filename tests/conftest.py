@@ -69,11 +69,14 @@ def template_for(**overrides):
     return _templates[key]
 
 
-# p5 nodes on a Capacity Block behind a private endpoint: one synthesis shared by the files that check each side
-# of it (cfn-lint and cdk-nag, the launch template, the seams, the review).
+# p5 nodes on a Capacity Block behind a private endpoint, logging to a SageMaker MLflow tracking server: one synthesis
+# shared by the files that check each side of it (cfn-lint and cdk-nag, the launch template, the seams, the review,
+# the tracker's grant to the Ray pods).
 CAPACITY_BLOCK = {"gpu_instance_type": "p5.48xlarge", "gpu_capacity_type": "capacity-block",
                   "capacity_reservation_id": "cr-0123456789abcdef0",
-                  "admin_principal_arn": "arn:aws:iam::123456789012:role/admin", "endpoint_access": "private"}
+                  "admin_principal_arn": "arn:aws:iam::123456789012:role/admin", "endpoint_access": "private",
+                  "training.tracking": "mlflow",
+                  "training.mlflow_tracking_uri": "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"}
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +121,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
         worker_replicas=s.gpu_node_count, gpus_per_worker=instance.gpus, efa_per_worker=instance.efa_interfaces,
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
         ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret,
+        wandb_api_key_secret=t.wandb_api_key_secret,
         pulled_image=cached_image(t.image, f"{ACCOUNT_PLACEHOLDER}.dkr.ecr.{s.region}.{URL_SUFFIX_PLACEHOLDER}")
         if s.image_pull_through_cache else None)
     job = rm.RayJobSpec(

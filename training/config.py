@@ -220,6 +220,17 @@ class TrainConfig:
     lora_target_modules: str = LORA_ALL_LINEAR
     """Modules that get adapters: all-linear (every linear layer but the LM head) or names, comma-separated
     (e.g. q_proj,k_proj,v_proj,o_proj)."""
+    tracking: str = "none"
+    """Experiment tracker rank 0 logs the run to: none, mlflow or wandb (training/tracking.py)."""
+    mlflow_tracking_uri: str | None = None
+    """--tracking mlflow: http(s)://host[:port][/path], or a SageMaker managed MLflow ARN
+    (arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name> or mlflow-app/<id>)."""
+    mlflow_experiment: str | None = None
+    """--tracking mlflow: the run's experiment, created if missing (default: MLflow's Default)."""
+    wandb_project: str | None = None
+    """--tracking wandb: the W&B project (default: WANDB_PROJECT, else W&B's own)."""
+    wandb_entity: str | None = None
+    """--tracking wandb: the W&B team or user (default: the API key's)."""
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
     inject_failure_at_step: int | None = None
@@ -362,6 +373,10 @@ def validate(c: TrainConfig) -> TrainConfig:
         value = getattr(c, option)
         require(value is None or 1 <= value <= c.steps,
                 f"{option_flag(option)}: {value} must be between 1 and the number of steps ({c.steps})")
+    from training.tracking import option_problem
+
+    tracking = option_problem(c)
+    require(tracking is None, tracking or "")
     require(c.micro_batch != AUTO or c.batch_tokens is not None,
             "--micro-batch: auto needs --batch-tokens (the batch it splits into micro-batches; the optimisation keeps it)")
     if c.micro_batch == AUTO:

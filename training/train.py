@@ -35,9 +35,9 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from training import checkpoint as ckpt
-    from training import watchdog
+    from training import tracking, watchdog
     from training.fp8 import after_optimizer_step
-    from training.health import gate_for_run
+    from training.health import gate_for_run, health_line
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
@@ -87,6 +87,8 @@ def train_func(config: dict) -> None:
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
     metrics_log = RecordWriter(run_uri(cfg), read_metrics_file(cfg, up_to_step=step)) if rank == 0 else None
+    tracker = tracking.start(cfg, run_uri(cfg), rank, resumed_from=step, health=health_line(health_figures),
+                             earlier=list(metrics_log.records) if metrics_log else [])
     last = None
 
     def report(checkpoint_step: int, folder: str, final: bool) -> None:
@@ -105,6 +107,7 @@ def train_func(config: dict) -> None:
                          delete_local_checkpoint_after_upload=True)
         if metrics_log:
             metrics_log.flush()
+        tracker.summary(metrics)
 
     checkpoints = ckpt.Checkpoints(cfg.async_checkpoint, rank, report, lambda message: log(rank, message),
                                    settings=dataclasses.asdict(cfg),
@@ -151,17 +154,22 @@ def train_func(config: dict) -> None:
                 log(rank, last.record())
                 if metrics_log:
                     metrics_log.add(last.fields())
+                tracker.step(last.fields())
             if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 counted_at[step] = dict(counts.total)
                 with hang_watchdog.long_phase("checkpoint"):
                     checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
                 throughput.reset(step)  # keep checkpoint time out of the next step's throughput
+    except BaseException:
+        tracker.close(failed=True)
+        raise
     finally:  # a run stopped by an error keeps its records up to the last good step
         hang_watchdog.stop()
         if metrics_log:
             metrics_log.close()
     if cfg.export_hf:
         export_model(cfg, model, rank)
+    tracker.close(exported=f"{run_uri(cfg)}/hf-export" if cfg.export_hf else None)
 
 
 def prepare_training(cfg: TrainConfig, device: torch.device, rank: int, world: int, mesh=None,
@@ -457,6 +465,7 @@ def fit(cfg: TrainConfig) -> dict:
                           "use --precision bf16")
     datasets = real_datasets(cfg)
     from training import train as importable  # by reference: `python -m` makes this module __main__
+    from training.tracking import runtime_env as tracker_packages
 
     trainer = TorchTrainer(
         importable.train_func,
@@ -467,6 +476,7 @@ def fit(cfg: TrainConfig) -> dict:
             name=cfg.run_name, storage_path=storage_uri(cfg.storage_path),
             failure_config=FailureConfig(**failure_config_options(cfg.max_failures, cfg.node_wait_s)),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
+            worker_runtime_env=tracker_packages(cfg),  # the training workers only: rank 0 logs
         ),
         datasets=datasets or None,
         # Every worker reads whole datasets and keeps its share (training.data_plan): Ray's own split

@@ -233,6 +233,26 @@ def test_another_node_count_is_the_same_run_in_a_new_job():
     assert two_nodes.name != one_node.name and "--workers=4" in one_node.entrypoint()
 
 
+def test_a_run_that_gets_a_tracker_keeps_its_name_and_checkpoints():
+    """Where a run is reported is not what it trains: turning tracking on continues the run in a new job."""
+    untracked = job()
+    tracked = job(trainer_options={"model": "tiny", "steps": 5, "tracking": "wandb", "wandb_project": "qwen",
+                                   "wandb_entity": "team"})
+    assert tracked.run_name == untracked.run_name and tracked.name != untracked.name
+    assert "--tracking=wandb" in tracked.entrypoint()
+
+
+def test_only_the_workers_get_the_wandb_keys_secret_name_never_a_key():
+    """Rank 0 runs on a worker and reads the key itself (training/tracking.py reads this variable)."""
+    from training.tracking import WANDB_SECRET_ENV
+
+    cluster = cluster_of(spec(wandb_api_key_secret="team/wandb-key"))
+    env = {e["name"]: e for e in worker_of(cluster)["template"]["spec"]["containers"][0]["env"]}
+    assert env[WANDB_SECRET_ENV] == {"name": WANDB_SECRET_ENV, "value": "team/wandb-key"} and "WANDB_API_KEY" not in env
+    head = head_of(cluster)["template"]["spec"]["containers"][0]["env"]
+    assert WANDB_SECRET_ENV not in {e["name"] for e in head}
+
+
 def test_the_storage_path_is_not_part_of_any_name():
     a, b = (job(storage_path=path) for path in ("s3://one/runs", "s3://two/runs"))
     assert (a.run_name, a.name, a.configmap_name) == (b.run_name, b.name, b.configmap_name)

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tools.seams import workloads as w
-from tools.seams.cfn import Resolver, SeamError
+from tools.seams.cfn import ACCOUNT, Resolver, SeamError
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +179,65 @@ def test_a_removed_scale_from_zero_read_is_a_denial(synthesized):
     found = [d for d in w.denials(w.autoscaler_calls(Resolver(t, "us-east-2")))
              if d.call.request.action == "ec2:GetInstanceTypesFromInstanceRequirements"]
     assert len(found) == 1
+
+
+# ---------------------------------------------------------------- the experiment tracker's calls (training/tracking.py)
+
+SERVER = "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"
+APP = "arn:aws:sagemaker:us-east-2:123456789012:mlflow-app/app-0a1b2c3d"
+
+
+def tracked_job(arguments: str, worker_env: tuple = ()) -> dict:
+    """The parts of a RayJob tracking_calls reads: the entrypoint, the pods' service account, the workers' env."""
+    def pod(env):
+        return {"template": {"spec": {"serviceAccountName": "ray", "containers": [{"env": list(env)}]}}}
+    return {"kind": "RayJob", "metadata": {"namespace": "training"},
+            "spec": {"entrypoint": "python -m training.train " + arguments,
+                     "rayClusterSpec": {"headGroupSpec": pod(()), "workerGroupSpecs": [pod(worker_env)]}}}
+
+
+def tracking_denials(statements: list[dict], job: dict) -> list[w.Denial]:
+    return denied({"Resources": pod_identity_role("training", "ray", statements)},
+                  lambda r: w.tracking_calls(r, [job]))
+
+
+def test_the_ray_pods_may_make_every_mlflow_call_the_trainer_makes_on_their_tracking_server():
+    from tests.conftest import template_for
+    from tests.infra.test_checks import VARIANTS
+    from tools.seams import kube
+    from training.tracking import MLFLOW_OPERATIONS
+
+    resolved = Resolver(template_for(**VARIANTS["p5-reservation"]).to_json(), "us-east-2")
+    judged = w.tracking_calls(resolved, [obj for _, obj, _ in kube.manifests(resolved)])
+    assert sorted(c.request.action for c in judged) == sorted(f"sagemaker-mlflow:{op}" for op in MLFLOW_OPERATIONS.values())
+    assert {c.request.resource for c in judged} == {SERVER} and w.denials(judged) == []
+
+
+def test_mlflow_calls_on_another_tracking_server_are_denied():
+    grant = [{"Effect": "Allow", "Action": "sagemaker-mlflow:*", "Resource": SERVER.replace("/team", "/other")}]
+    found = tracking_denials(grant, tracked_job(f"--tracking=mlflow --mlflow-tracking-uri={SERVER}"))
+    assert len(found) == 7 and "implicitly denied" in found[0].line()
+
+
+def test_an_mlflow_app_is_called_as_sagemaker_and_needs_call_mlflow_app_api():
+    """The plugin signs an app's requests for the service sagemaker: the sagemaker-mlflow actions alone allow nothing."""
+    from cdk_constructs.tracking_access import MLFLOW_ACTIONS, MLFLOW_APP_ACTION
+
+    job = tracked_job(f"--tracking=mlflow --mlflow-tracking-uri={APP}")
+    assert len(tracking_denials([{"Effect": "Allow", "Action": list(MLFLOW_ACTIONS), "Resource": APP}], job)) == 7
+    assert tracking_denials([{"Effect": "Allow", "Action": [*MLFLOW_ACTIONS, MLFLOW_APP_ACTION], "Resource": APP}], job) == []
+
+
+def test_a_secret_granted_by_its_bare_name_is_not_the_secret_the_pods_read():
+    """Secrets Manager appends six characters to the name in the ARN: a grant without -?????? matches no secret."""
+    job = tracked_job("--tracking=wandb", [{"name": "WANDB_API_KEY_SECRET", "value": "wandb-key"}])
+    bare = f"arn:aws:secretsmanager:us-east-2:{ACCOUNT}:secret:wandb-key"
+    [denial] = tracking_denials([{"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": bare}], job)
+    assert denial.call.request.resource == bare + "-AbCdEf"
+    assert tracking_denials([{"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": bare + "-??????"}],
+                            job) == []
+
+
+def test_an_http_tracker_and_no_tracker_make_no_aws_call():
+    assert w.tracking_calls(Resolver({"Resources": pod_identity_role("training", "ray", [])}, "us-east-2"),
+                            [tracked_job("--tracking=mlflow --mlflow-tracking-uri=http://mlflow:5000")]) == []

@@ -211,6 +211,22 @@ BAD_SETTINGS = [
     ({"training.sharding": "ring"}, r"^training.sharding: 'ring' must be one of auto, full, hybrid$"),
     ({"training.reduce_dtype": "fp8"}, r"^training.reduce_dtype: 'fp8' must be one of fp32, bf16$"),
     ({"training.model_revision": "bad rev"}, r"^training.model_revision: 'bad rev' must be a commit hash, branch or tag"),
+    ({"training.tracking": "wandb"}, r"^training.wandb_api_key_secret: the Secrets Manager secret holding the W&B API key "
+     r"is needed with training.tracking wandb, and only then$"),
+    ({"training.wandb_api_key_secret": "wandb-key"}, r"^training.wandb_api_key_secret: .* and only then \(training.tracking is none\)$"),
+    ({"training.tracking": "wandb", "training.wandb_api_key_secret": "wandb key"},
+     r"^training.wandb_api_key_secret: 'wandb key' must be a Secrets Manager secret name"),
+    ({"training.tracking": "wandb", "training.wandb_api_key_secret": "arn:aws:secretsmanager:us-west-2:123456789012:secret:k-AbCdEf"},
+     r"^training.wandb_api_key_secret: .* is not in the stack's region us-east-2; the pods read the secret there$"),
+    ({"account": "111122223333", "training.tracking": "wandb",
+      "training.wandb_api_key_secret": "arn:aws:secretsmanager:us-east-2:123456789012:secret:k-AbCdEf"},
+     r"^training.wandb_api_key_secret: .* is not in the stack's region us-east-2 and account 111122223333"),
+    ({"account": "111122223333", "training.tracking": "mlflow", "training.mlflow_tracking_uri": "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"},
+     r"^training.mlflow_tracking_uri: .* is in account 123456789012, the stack in 111122223333: SageMaker MLflow takes no "
+     r"resource policy"),
+    ({"training.tracking": "mlflow"}, r"^training.tracking: mlflow needs training.mlflow_tracking_uri"),
+    ({"training.tracking": "mlflow", "training.mlflow_tracking_uri": "mlflow:5000"},
+     r"^training.mlflow_tracking_uri: 'mlflow:5000' must be http\(s\)://host"),
     ({"availability_zones": ["us-east-2a", 1]}, r"^availability_zones: expected a list of strings, got \['us-east-2a', 1\]$"),
     ({"training": "[1]"}, r"^training: expected an object, got \[1\]$"),
 ]

@@ -49,10 +49,19 @@ MOVED = {
     "max_failures": 5,
     "require_efa": False,
     "precision": "fp8",
+    "tracking": "mlflow",
+    "mlflow_tracking_uri": "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team",
+    "mlflow_experiment": "qwen-fine-tunes",
+    "wandb_project": "qwen",
+    "wandb_entity": "ml-team",
 }
 # Settings that only make sense with a partner setting moved too.
 PARTNERS = {"prompt_field": {"response_field": "answer"}, "response_field": {"prompt_field": "question"},
-            "eval_every": {"val_fraction": 0.1}, "val_data": {"data": MOVED["data"]}}
+            "eval_every": {"val_fraction": 0.1}, "val_data": {"data": MOVED["data"]},
+            "tracking": {"mlflow_tracking_uri": MOVED["mlflow_tracking_uri"]}, "mlflow_tracking_uri": {"tracking": "mlflow"},
+            "mlflow_experiment": {"tracking": "mlflow", "mlflow_tracking_uri": MOVED["mlflow_tracking_uri"]},
+            "wandb_project": {"tracking": "wandb", "wandb_api_key_secret": "wandb-key"},
+            "wandb_entity": {"tracking": "wandb", "wandb_api_key_secret": "wandb-key"}}
 
 OPTIONS = {f.name: f.metadata["trainer_option"] or f.name
            for f in dataclasses.fields(TrainingSettings) if "trainer_option" in f.metadata}

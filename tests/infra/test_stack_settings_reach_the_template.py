@@ -44,6 +44,8 @@ CHANGED = {
     "training.image": "public.ecr.aws/deep-learning-containers/ray:train-ml-cuda-v1.2",
     "training.ray_version": "2.59.0",
     "training.hf_token_secret": "hf-token",
+    "training.tracking": "wandb",
+    "training.wandb_api_key_secret": "team/wandb-key",
     "training.active_deadline_seconds": "7200",
     "training.pre_running_deadline_seconds": "900",
     "training.backoff_limit": "2",
@@ -230,6 +232,23 @@ def test_ray_version_is_the_clusters_ray_version(ray_job):
 def test_hf_token_secret_becomes_the_pods_hf_token(ray_job):
     [token] = [e for e in worker_container(ray_job)["env"] if e["name"] == "HF_TOKEN"]
     assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "token"}
+
+
+def test_wandb_api_key_secret_is_the_one_secret_the_workers_read_through_the_pods_role(ray_job, changed):
+    """The workers get the secret's name; the pods' role may read that secret (any of the ARNs Secrets Manager gives
+    its name) and no other, as IAM evaluates the call rank 0 makes."""
+    from tools.seams import kube
+    from tools.seams import workloads as w
+    from tools.seams.cfn import ACCOUNT, Resolver
+
+    assert {"name": "WANDB_API_KEY_SECRET", "value": "team/wandb-key"} in worker_container(ray_job)["env"]
+    resolved = Resolver(changed.to_json(), "us-west-2")
+    [call] = w.tracking_calls(resolved, [obj for _, obj, _ in kube.manifests(resolved)])
+    assert call.request.resource == f"arn:aws:secretsmanager:us-west-2:{ACCOUNT}:secret:team/wandb-key-AbCdEf"
+    assert w.denials([call]) == []
+    other = w.Call(call.workload, call.source, w.Request(call.request.principal, call.request.action,
+                                                         call.request.resource.replace("wandb-key", "other-key")), call.policies)
+    assert len(w.denials([other])) == 1
 
 
 @pytest.mark.parametrize("path,value", [

@@ -1,4 +1,5 @@
-"""The trainer end to end under Ray Train on local CPU workers: learning, resume, recovery, real data."""
+"""The trainer end to end under Ray Train on local CPU workers: learning, resume, recovery, real data; and the
+runs as a real MLflow tracking server on loopback holds them (training/tracking.py), read through its REST API."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from training.config import TrainConfig, validate
 from training.train import fit
 from tests.conftest import DATA, local_ray
+from tests.training.mlflow_server import Server, free_port
 from benchmarks.tiny_model import save_tiny_model
 
 STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
@@ -20,8 +22,16 @@ STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
 SHAPE = {"micro_batch": 2, "grad_accum": 2}
 
 
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """Started first: it comes up while the module's Ray starts."""
+    server = Server(tmp_path_factory.mktemp("mlflow"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module", autouse=True)
-def ray_for_the_module():
+def ray_for_the_module(mlflow_server):
     yield from local_ray(3)
 
 
@@ -38,7 +48,9 @@ def losses(summary: dict) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    return fit(config(tmp_path_factory.mktemp("runs"), "straight", **SHAPE))
+    """Logged to an MLflow tracker where nothing listens (training/tracking.py): the run must not notice."""
+    return fit(config(tmp_path_factory.mktemp("runs"), "straight", tracking="mlflow",
+                      mlflow_tracking_uri=f"http://127.0.0.1:{free_port()}", **SHAPE))
 
 
 def test_loss_falls_on_learnable_task(uninterrupted):
@@ -74,15 +86,25 @@ def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted
         assert r["tokens_per_s_per_gpu"] * r["step_time_s"] == pytest.approx(64 * 2 * 2, rel=1e-6), r
 
 
+def test_a_run_whose_tracker_is_down_trains_to_the_end(uninterrupted):
+    """Every test above holds for a run whose tracker never answered; it records no tracking run."""
+    from training.tracking import TRACKING_FILE
+
+    assert uninterrupted["final_step"] == STEPS
+    assert not (Path(uninterrupted["run"]) / TRACKING_FILE).exists()
+
+
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
+def resumed(tmp_path_factory, mlflow_server):
     """A run on 2 workers that goes NaN at step 13 (no retries), as found after it stopped, then run again
     under the same storage path and name on 1 worker at the same global batch (capacity for one GPU), where
     the worker dies at step 20 and Ray Train restarts the group. Checkpoints are written in the background in
-    the first run and synchronously in the second: both must resume exactly."""
+    the first run and synchronously in the second: both must resume exactly. The rerun logs to the MLflow server
+    (the first run's background checkpoint must be complete when its step 13 fails: no tracker's start-up there)."""
     from training.storage import latest_checkpoint
 
     storage = tmp_path_factory.mktemp("resumed")
+    tracked = {"tracking": "mlflow", "mlflow_tracking_uri": mlflow_server.wait_until_up(), "mlflow_experiment": "resumed"}
     with pytest.raises(Exception) as stopped:
         fit(config(storage, "resumed", inject_nan_at_step=FAIL_AT, max_failures=0, **SHAPE))
     run = storage / "resumed"
@@ -93,7 +115,7 @@ def resumed(tmp_path_factory):
     }
     one_worker = {"micro_batch": SHAPE["micro_batch"], "grad_accum": 2 * SHAPE["grad_accum"], "workers": 1}
     rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False,
-                       **one_worker))
+                       **tracked, **one_worker))
     return run, rerun, after_the_stop
 
 
@@ -141,14 +163,15 @@ def hub_layout_dataset(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def chat_sft(tmp_path_factory):
-    """Chat SFT from a Hub-layout dataset folder, validated on its validation split every 10 steps."""
+def chat_sft(tmp_path_factory, mlflow_server):
+    """Chat SFT from a Hub-layout dataset folder, validated on its validation split every 10 steps, logged to MLflow."""
     tmp = tmp_path_factory.mktemp("sft")
     model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
     dataset = hub_layout_dataset(tmp / "dataset")
     summary = fit(config(tmp, "sft", model=model, data=f"hf:{dataset}:train", val_data=f"hf:{dataset}:validation",
                          steps=30, eval_every=10, eval_batches=4, seq_len=128, micro_batch=4, lr=3e-3,
-                         checkpoint_every=0, export_hf=True, export_checkpoints=True))
+                         checkpoint_every=0, export_hf=True, export_checkpoints=True, tracking="mlflow",
+                         mlflow_tracking_uri=mlflow_server.wait_until_up(), mlflow_experiment="sft"))
     return tmp / "sft", summary, model
 
 
@@ -246,3 +269,58 @@ def test_every_validation_record_is_evaluated_once_and_the_summary_says_so(three
     summary, targets = three_record_validation
     assert summary["validation_counts"] == {"blocks": 3, "documents": 3, "targets": targets, "whole": True}
     assert summary["val_loss"] is not None
+
+
+# ---------------------------------------------------------------- what the MLflow server holds of the runs
+
+
+def test_the_resumed_run_is_one_tracking_run_across_the_workers_death_and_the_restart(resumed, mlflow_server):
+    """The rerun (from the checkpoint at step 8) and the restart after its worker's death at step 20 (from 16): one
+    MLflow run, named after the run, every setting a param, finished."""
+    from training.config import TrainConfig
+    from training.tracking import TRACKING_FILE
+
+    run_folder, _, _ = resumed
+    [run] = mlflow_server.runs("resumed")
+    assert run["info"]["run_name"] == "resumed" and run["info"]["status"] == "FINISHED"
+    params = {p["key"]: p["value"] for p in run["data"]["params"]}
+    assert set(params) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert (params["lr"], params["steps"], params["workers"], params["inject_failure_at_step"]) == ("0.003", "24", "1", "20")
+    assert {t["key"]: t["value"] for t in run["data"]["tags"]}["resumed_from_step"] == "16"
+    assert json.loads((run_folder / TRACKING_FILE).read_text())["mlflow"]["run_id"] == run["info"]["run_id"]
+
+
+def test_each_steps_loss_is_logged_once_across_the_resumes_with_the_runs_own_values(resumed, mlflow_server):
+    """Steps 1-8, trained before the tracker was on, come from metrics.jsonl; steps 17-19, trained twice (before the
+    death and after the restart), are held once; all with the values of metrics.jsonl (an exact resume retrains the
+    same losses)."""
+    run_folder, _, _ = resumed
+    [run] = mlflow_server.runs("resumed")
+    own = {r["step"]: r["loss"] for r in map(json.loads, (run_folder / "metrics.jsonl").read_text().splitlines())}
+    logged = mlflow_server.history(run, "loss")
+    assert [step for step, _ in logged] == list(range(1, STEPS + 1))
+    assert [value for _, value in logged] == pytest.approx([own[s] for s in range(1, STEPS + 1)], rel=1e-6)
+    assert [step for step, _ in mlflow_server.history(run, "lr")] == list(range(1, STEPS + 1))
+
+
+def test_the_sft_runs_validation_loss_health_summary_and_export_are_in_the_tracker(chat_sft, mlflow_server):
+    run_folder, _, _ = chat_sft
+    [run] = mlflow_server.runs("sft")
+    records = [json.loads(line) for line in (run_folder / "metrics.jsonl").read_text().splitlines()]
+    validation = {r["step"]: r["val_loss"] for r in records if "val_loss" in r}
+    logged = mlflow_server.history(run, "val_loss")
+    assert [step for step, _ in logged] == [10, 20, 30]
+    assert [value for _, value in logged] == pytest.approx([validation[s] for s in (10, 20, 30)], rel=1e-6)
+    assert [step for step, _ in mlflow_server.history(run, "padding")] == list(range(1, 31))  # real data's own fields
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["health"].startswith("health gate: passed in ") and tags["summary.transport"] == "gloo (CPU): no NCCL"
+    assert tags["export"] == f"{run_folder}/hf-export" and tags["run_uri"] == str(run_folder)
+
+
+def test_the_trainer_makes_only_the_rest_calls_the_seams_harness_judges(resumed, chat_sft, mlflow_server):
+    """tools/seams grants and judges the pods' calls from tracking.MLFLOW_OPERATIONS: a call the client makes that
+    is missing there would be refused on a SageMaker tracking server."""
+    from training.tracking import MLFLOW_OPERATIONS
+
+    called = mlflow_server.paths_called() - {"/api/2.0/mlflow/runs/search"}  # the tests' own search
+    assert "/api/2.0/mlflow/runs/log-batch" in called and called <= set(MLFLOW_OPERATIONS)

@@ -229,6 +229,43 @@ def ray_calls(r: Resolver, namespace: str, service_account: str) -> list[Call]:
     return calls
 
 
+def _ray_job(manifests: list[dict]) -> dict | None:
+    return next((m for m in manifests if m.get("kind") == "RayJob"), None)
+
+
+def tracking_calls(r: Resolver, manifests: list[dict]) -> list[Call]:
+    """The experiment tracker's calls from rank 0 (training/tracking.py), as the Ray pods' role, read from the RayJob:
+    each MLflow REST operation the trainer makes (MLFLOW_OPERATIONS) on a SageMaker tracking server, signed for
+    sagemaker-mlflow and authorized as sagemaker-mlflow:<operation> (Service Authorization Reference, "Amazon
+    SageMaker with MLflow"), or on an MLflow App, signed for sagemaker (sagemaker-mlflow 0.5.0 auth_provider.py) and
+    authorized as sagemaker:CallMlflowAppApi; and the W&B key's secretsmanager:GetSecretValue, on the secret the
+    workers name (an ARN ends in the six characters Secrets Manager appends to the name)."""
+    import shlex
+
+    from training.tracking import MLFLOW_OPERATIONS, SAGEMAKER_MLFLOW_ARN, WANDB_SECRET_ENV
+
+    job, ray = _ray_job(manifests), ray_service_account(manifests)
+    if job is None or ray is None or ray not in pod_identity_roles(r):
+        return []
+    principal, policies = _as(r, "Ray pods", *ray)
+    options = dict(a.removeprefix("--").split("=", 1) for a in shlex.split(job["spec"]["entrypoint"]) if "=" in a)
+    calls = []
+    server = SAGEMAKER_MLFLOW_ARN.fullmatch(options.get("mlflow-tracking-uri", "")) if options.get("tracking") == "mlflow" else None
+    if server:
+        app = server.group(4) == "mlflow-app"
+        for path, operation in MLFLOW_OPERATIONS.items():
+            action = "sagemaker:CallMlflowAppApi" if app else f"sagemaker-mlflow:{operation}"
+            calls.append(Call("Ray pods (tracking)", f"training/tracking.py MlflowClient {path}",
+                              Request(principal, action, server.group(0)), policies))
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    [secret] = [e["value"] for e in worker.get("env", []) if e["name"] == WANDB_SECRET_ENV] or [None]
+    if secret:
+        arn = secret if secret.startswith("arn:") else f"arn:{PARTITION}:secretsmanager:{r.region}:{ACCOUNT}:secret:{secret}-AbCdEf"
+        calls.append(Call("Ray pods (tracking)", "training/tracking.py W&B API key (boto3 GetSecretValue)",
+                          Request(principal, "secretsmanager:GetSecretValue", arn), policies))
+    return calls
+
+
 def kubectl_handler_calls(r: Resolver) -> list[Call]:
     """aws-cdk-lib's kubectl provider: the framework invokes the handler (USER_ON_EVENT_FUNCTION_ARN); the
     handler writes its kubeconfig with `aws eks update-kubeconfig` (eks:DescribeCluster) before running kubectl
@@ -332,7 +369,7 @@ def all_calls(r: Resolver, manifests: list[dict]) -> list[Call]:
     calls = autoscaler_calls(r) + observability_calls(r) + kubectl_handler_calls(r) + pod_identity_calls(r)
     ray = ray_service_account(manifests)
     if ray:
-        calls += ray_calls(r, *ray)
+        calls += ray_calls(r, *ray) + tracking_calls(r, manifests)
     return calls + node_calls(r, images_of(manifests))
 
 

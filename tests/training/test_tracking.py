@@ -1,0 +1,290 @@
+"""The experiment tracker on rank 0 (training/tracking.py), without Ray: its options' refusals, what a slow, dead
+or recovering tracker costs the step, what a resumed run sends, the packages it needs, and W&B's offline files.
+The runs end to end against a real MLflow server: test_train_ray.py."""
+
+from __future__ import annotations
+
+import glob
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from training import tracking
+from training.config import ConfigError, TrainConfig, parse_args
+
+ARN = "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"
+
+REFUSED = [
+    (["--tracking", "tensorboard"], r"--tracking: 'tensorboard' must be one of none, mlflow, wandb"),
+    (["--tracking", "mlflow"], r"--tracking: mlflow needs --mlflow-tracking-uri"),
+    (["--mlflow-tracking-uri", "http://mlflow:5000"], r"--mlflow-tracking-uri: only used with --tracking mlflow "
+                                                       r"\(this run's --tracking is none\)"),
+    (["--tracking", "wandb", "--mlflow-experiment", "x"], r"--mlflow-experiment: only used with --tracking mlflow"),
+    (["--wandb-project", "p"], r"--wandb-project: only used with --tracking wandb"),
+    (["--tracking", "mlflow", "--mlflow-tracking-uri", ARN, "--wandb-entity", "team"],
+     r"--wandb-entity: only used with --tracking wandb"),
+    (["--tracking", "mlflow", "--mlflow-tracking-uri", "ftp://mlflow:21"], r"--mlflow-tracking-uri: 'ftp://mlflow:21' must be"),
+    # The sagemaker-mlflow plugin has no endpoint for the China partition.
+    (["--tracking", "mlflow", "--mlflow-tracking-uri", ARN.replace("arn:aws:", "arn:aws-cn:")],
+     r"--mlflow-tracking-uri: 'arn:aws-cn:.*partitions aws and aws-us-gov"),
+    (["--tracking", "mlflow", "--mlflow-tracking-uri", ARN.replace("mlflow-tracking-server", "notebook-instance")],
+     r"--mlflow-tracking-uri: .* must be"),
+    (["--tracking", "mlflow", "--mlflow-tracking-uri", ARN, "--mlflow-experiment", "my runs"],
+     r"--mlflow-experiment: 'my runs' must be 1 to 256 letters"),
+    (["--tracking", "wandb", "--wandb-project", "team/project"], r"--wandb-project: 'team/project' must be 1 to 128"),
+    (["--tracking", "wandb", "--wandb-entity", "a;b"], r"--wandb-entity: 'a;b' must be 1 to 128"),
+]
+
+
+@pytest.mark.parametrize("argv,message", REFUSED, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(REFUSED)])
+def test_a_tracking_option_the_trainer_cannot_use_is_refused_in_one_line(argv, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        parse_args(argv)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:5000", "https://mlflow.example.com/team", ARN,
+                                 "arn:aws-us-gov:sagemaker:us-gov-west-1:123456789012:mlflow-app/app-0a1b2c3d"])
+def test_http_servers_and_sagemaker_tracking_servers_and_apps_are_accepted(uri):
+    assert parse_args(["--tracking", "mlflow", "--mlflow-tracking-uri", uri]).mlflow_tracking_uri == uri
+
+
+def test_the_pinned_packages_are_the_trainers_requirements():
+    pins = {line.split("==")[0].lower(): line for line in (ROOT / "requirements-train.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
+    assert {pin.split("==")[0]: pins[pin.split("==")[0]] for pin in tracking.PACKAGES.values()} == \
+           {pin.split("==")[0]: pin for pin in tracking.PACKAGES.values()}
+
+
+def test_the_pods_install_only_what_their_image_lacks(monkeypatch):
+    """The cluster's image has neither MLflow nor W&B: the runtime env installs the pinned client, and the
+    sagemaker-mlflow plugin for an ARN only; where they are importable (this venv), nothing."""
+    arn = TrainConfig(tracking="mlflow", mlflow_tracking_uri=ARN)
+    http = TrainConfig(tracking="mlflow", mlflow_tracking_uri="http://mlflow:5000")
+    assert tracking.runtime_env(arn) == {} and tracking.runtime_env(TrainConfig()) == {}
+    monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name: None)
+    assert tracking.runtime_env(arn)["pip"]["packages"] == ["mlflow-skinny==3.17.2", "sagemaker-mlflow==0.5.0"]
+    assert tracking.runtime_env(http)["pip"]["packages"] == ["mlflow-skinny==3.17.2"]
+    assert tracking.runtime_env(TrainConfig(tracking="wandb"))["pip"]["packages"] == ["wandb==0.31.0"]
+    assert tracking.runtime_env(TrainConfig()) == {}
+
+
+class Backend:
+    """A tracker that records what it is sent; open() fails `fails` times, each send() takes `seconds`."""
+
+    where = "a test tracker"
+
+    def __init__(self, holds_up_to: int = 0, fails: int = 0, seconds: float = 0.0) -> None:
+        self.holds_up_to, self.fails, self.seconds = holds_up_to, fails, seconds
+        self.sent: list[tuple] = []
+        self.opened = self.sends = 0
+
+    def open(self, run_uri: str) -> int:
+        self.opened += 1
+        if self.fails:
+            self.fails -= 1
+            raise ConnectionError("connection refused")
+        return self.holds_up_to
+
+    def send(self, batch: list[tuple]) -> None:
+        time.sleep(self.seconds)
+        self.sent += batch
+        self.sends += 1
+
+    def steps(self) -> list[int]:
+        return [value["step"] for kind, value in self.sent if kind == "step"]
+
+
+def sender(backend: Backend, lines: list[str]) -> tracking.Tracker:
+    return tracking._Sender(backend, "runs/r", {"lr": 0.001}, {"health": "ok"}, lines.append)
+
+
+def step_record(step: int) -> dict:
+    return {"time": "2026-12-06T00:00:00Z", "step": step, "steps": 6, "loss": 6.0 - step / 10, "lr": 1e-3}
+
+
+def test_a_dead_tracker_costs_the_step_a_queue_append_and_warns_once(monkeypatch):
+    """Every open fails; 2,000 steps are logged: each call returns in microseconds, one warning is printed, and the
+    close does not wait for the tracker (one line counts what was not sent)."""
+    monkeypatch.setattr(tracking, "RETRY_S", 0.01)
+    lines: list[str] = []
+    backend = Backend(fails=10**9)
+    tracker = sender(backend, lines)
+    started = time.perf_counter()
+    for step in range(1, 2001):
+        tracker.step(step_record(step))
+    per_step = (time.perf_counter() - started) / 2000
+    closed = time.perf_counter()
+    tracker.close()
+    assert per_step < 1e-3 and time.perf_counter() - closed < 2.0
+    assert [line.split(" failed ")[0] for line in lines if " failed " in line] == ["tracking: a test tracker"]
+    assert lines[-1].startswith("tracking: 2003 record(s) not sent to a test tracker (ConnectionError: connection refused)")
+    assert backend.sent == []
+
+
+def test_steps_logged_meanwhile_neither_hasten_the_retry_nor_each_make_a_request(monkeypatch):
+    """200 steps over half a second: a dead tracker is tried once (the next try is RETRY_S later, or at the close),
+    and a live one gets them in a few batched sends, not one request per step."""
+    monkeypatch.setattr(tracking, "RETRY_S", 30.0)
+    monkeypatch.setattr(tracking, "SEND_EVERY_S", 30.0)
+    dead, live = Backend(fails=10**9), Backend()
+    trackers = [sender(dead, []), sender(live, [])]
+    for step in range(1, 201):
+        for tracker in trackers:
+            tracker.step(step_record(step))
+        time.sleep(0.0025)
+    assert dead.opened == 1
+    for tracker in trackers:
+        tracker.close()
+    # The first send, then the 201 records left and the end in batches of 50 at the close: 6 requests, not 200.
+    assert live.sends <= 1 + -(-202 // tracking.BATCH) and live.steps() == list(range(1, 201))
+
+
+def test_a_slow_tracker_is_waited_for_at_the_end_only_up_to_its_bound(monkeypatch):
+    monkeypatch.setattr(tracking, "CLOSE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(tracking, "BATCH", 1)
+    lines: list[str] = []
+    tracker = sender(Backend(seconds=0.2), lines)
+    started = time.perf_counter()
+    for step in range(1, 21):
+        tracker.step(step_record(step))
+    assert time.perf_counter() - started < 0.1  # 20 steps never waited for a 0.2 s send
+    tracker.close()
+    assert time.perf_counter() - started < 2.0
+    assert "(still sending after 0.5 s)" in lines[-1]
+
+
+def test_a_tracker_that_comes_back_gets_every_queued_step_in_order(monkeypatch):
+    monkeypatch.setattr(tracking, "RETRY_S", 0.05)
+    lines: list[str] = []
+    backend = Backend(fails=3)
+    tracker = sender(backend, lines)
+    for step in range(1, 4):
+        tracker.step(step_record(step))
+    deadline = time.monotonic() + 5
+    while not backend.sent and time.monotonic() < deadline:  # down for three tries, then back during the run
+        time.sleep(0.02)
+    for step in range(4, 7):
+        tracker.step(step_record(step))
+    tracker.close()
+    assert backend.steps() == [1, 2, 3, 4, 5, 6]
+    assert [kind for kind, _ in backend.sent][:2] == ["params", "tags"] and backend.sent[-1] == ("end", ("FINISHED", {}))
+    assert len([line for line in lines if " failed " in line]) == 1
+
+
+def test_a_tracker_back_from_a_failure_is_waited_for_at_the_end_like_any_other(monkeypatch):
+    """Down once, then slow (1.2 s a send): the close waits for the last send as for a tracker that never failed."""
+    monkeypatch.setattr(tracking, "RETRY_S", 0.05)
+    lines: list[str] = []
+    backend = Backend(fails=1, seconds=1.2)
+    tracker = sender(backend, lines)
+    tracker.step(step_record(1))
+    deadline = time.monotonic() + 10
+    while not backend.sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    tracker.step(step_record(2))
+    tracker.close()
+    assert backend.steps() == [1, 2] and not any("not sent" in line for line in lines)
+
+
+def test_a_resumed_run_sends_only_the_steps_its_tracker_does_not_hold():
+    """The checkpoint is at step 3, the tracker holds steps up to 4 (logged before the restart): of the retrained
+    steps 4-6, only 5 and 6 are sent."""
+    backend = Backend(holds_up_to=4)
+    tracker = sender(backend, [])
+    for step in range(4, 7):
+        tracker.step(step_record(step))
+    tracker.close(failed=True)
+    assert backend.steps() == [5, 6] and backend.sent[-1] == ("end", ("FAILED", {}))
+
+
+class Client:
+    """What MlflowClient is asked to log (log_batch) and end (set_terminated)."""
+
+    def __init__(self) -> None:
+        self.batches: list[dict] = []
+        self.ended: list[str] = []
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        self.batches.append({"metrics": list(metrics), "params": {p.key: p.value for p in params},
+                             "tags": {t.key: t.value for t in tags}})
+
+    def set_terminated(self, run_id, status):
+        self.ended.append(status)
+
+
+def test_mlflow_keeps_a_resumed_runs_params_and_tags_the_values_that_changed():
+    """MLflow refuses to change a logged param: a rerun on 1 worker instead of 2 logs only the new params, and the
+    changed world size as the tag resumed_with.workers."""
+    backend = tracking._Mlflow("http://mlflow:5000", None, "r")
+    backend.client, backend.run_id = Client(), "abc"
+    backend.existing_params = {"workers": "2", "lr": "0.001"}
+    backend.send([("params", {"workers": 1, "lr": 0.001, "seed": 5}), ("step", step_record(5) | {"logged_ms": 7}),
+                  ("end", ("FINISHED", {"export": "s3://b/runs/r/hf-export"}))])
+    [batch] = backend.client.batches
+    assert batch["params"] == {"seed": "5"}
+    assert batch["tags"] == {"resumed_with.workers": "1", "export": "s3://b/runs/r/hf-export"}
+    assert sorted((m.key, m.value, m.step, m.timestamp) for m in batch["metrics"]) == [("loss", 5.5, 5, 7), ("lr", 1e-3, 5, 7)]
+    assert backend.client.ended == ["FINISHED"]
+
+
+def wandb_records(path: str) -> list:
+    """The protobuf Records of a .wandb file: a 7-byte header (':W&B', magic 0xBEE1, version 0), then LevelDB's log
+    format, 32 KiB blocks of chunks each with a 7-byte header (crc32, little-endian length, type: 1 whole, 2 first,
+    3 middle, 4 last); a block's tail under 7 bytes is padding."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = Path(path).read_bytes()
+    assert data[:4] == b":W&B"
+    records, partial, at = [], b"", 7
+    while at + 7 <= len(data):
+        left_in_block = 32768 - at % 32768
+        if left_in_block < 7:
+            at += left_in_block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[at:at + 7])
+        chunk, at = data[at + 7:at + 7 + length], at + 7 + length
+        partial = chunk if kind in (1, 2) else partial + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(partial)
+            records.append(record)
+    return records
+
+
+def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summary(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    run = tmp_path / "r"
+    cfg = TrainConfig(tracking="wandb", wandb_project="demo", wandb_entity="ml-team", run_name="r", lr=0.002)
+    tracker = tracking.start(cfg, str(run), 0, 0, "health gate: passed in 1.5 s")
+    for step in (1, 2, 3):
+        tracker.step(step_record(step))
+    tracker.summary({"transport": "gloo (CPU): no NCCL", "step": 3, "loss": 5.7, "time": "dropped"})
+    tracker.close()
+    [path] = glob.glob(str(run / "wandb" / "offline-run-*" / "run-*.wandb"))
+    deadline = time.monotonic() + 30
+    records = wandb_records(path)
+    while "exit" not in {r.WhichOneof("record_type") for r in records} and time.monotonic() < deadline:
+        time.sleep(0.1)  # wandb-core, a process of its own, may still be writing the file
+        records = wandb_records(path)
+    def items(entries) -> dict:  # wandb-core writes a key as nested_key, the Python SDK as key
+        return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in entries}
+
+    history = [items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
+    assert [(h["_step"], h["loss"], h["lr"]) for h in history] == [(1, 5.9, 1e-3), (2, 5.8, 1e-3), (3, 5.7, 1e-3)]
+    config = {k: v for r in records if r.WhichOneof("record_type") == "config" for k, v in items(r.config.update).items()}
+    assert config["lr"] == 0.002 and config["run_name"] == "r"
+    summary = {k: v for r in records if r.WhichOneof("record_type") == "summary" for k, v in items(r.summary.update).items()}
+    # The step line's own fields are metrics already: the summary adds the run's (W&B keeps the last loss itself).
+    assert summary["transport"] == "gloo (CPU): no NCCL" and summary["step"] == 3 and "time" not in summary
+    assert summary["health"] == "health gate: passed in 1.5 s"
+    [header] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (header.project, header.entity, header.display_name) == ("demo", "ml-team", "r")
+    stored = json.loads((run / tracking.TRACKING_FILE).read_text())["wandb"]
+    assert stored == {"project": "demo", "entity": "ml-team", "id": header.run_id}
