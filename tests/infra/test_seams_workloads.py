@@ -207,7 +207,7 @@ def test_the_ray_pods_may_make_every_mlflow_call_the_trainer_makes_on_their_trac
     from tools.seams import kube
     from training.tracking import MLFLOW_OPERATIONS
 
-    resolved = Resolver(template_for(**VARIANTS["p5-reservation"]).to_json(), "us-east-2")
+    resolved = Resolver(template_for(**VARIANTS["p5-capacity-block"]).to_json(), "us-east-2")
     judged = w.tracking_calls(resolved, [obj for _, obj, _ in kube.manifests(resolved)])
     assert sorted(c.request.action for c in judged) == sorted(f"sagemaker-mlflow:{op}" for op in MLFLOW_OPERATIONS.values())
     assert {c.request.resource for c in judged} == {SERVER} and w.denials(judged) == []
