@@ -26,6 +26,8 @@ COMMON_ENV = [{"name": "PYTHONPATH", "value": "/opt/trainer/trainer.zip"}, {"nam
               {"name": "AWS_REGION", "value": "us-east-2"}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-2"}]
 SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 PRE_STOP = {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}
+# The worker's hook waits for the trainer's committed save up to 5 s before the grace period (120 s here) ends.
+WORKER_PRE_STOP = {"preStop": {"exec": {"command": ["python", "-m", "training.preemption", "--wait", "115"]}}}
 TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer/trainer.zip", "subPath": "trainer.zip", "readOnly": True}
 TRAINER_VOLUME = {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [{"key": "trainer.zip", "path": "trainer.zip"}]}}
 
@@ -93,6 +95,7 @@ def test_worker_pod_in_full():
     resources = {"cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}
     assert pod == {
         "serviceAccountName": "ray", "automountServiceAccountToken": False, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": 120,
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
         "containers": [{
@@ -102,7 +105,7 @@ def test_worker_pod_in_full():
                                  {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"},
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
-            "securityContext": SECURITY, "lifecycle": PRE_STOP}],
+            "securityContext": SECURITY, "lifecycle": WORKER_PRE_STOP}],
         "volumes": [
             TRAINER_VOLUME,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
