@@ -311,10 +311,9 @@ class Checkpoints:
             if shipment.done.exception() is not None:
                 self._wait(shipment)
 
-    def finish(self, timeout_s: float = COMMIT_WAIT_S) -> str:
-        """On a stop that passes through the loop: every save this rank started, written, uploaded and committed
-        (each rank does its part; no collective, so a rank that stops alone cannot hang on the others), then what
-        is true: the newest committed checkpoint in storage."""
+    def settle(self, timeout_s: float = COMMIT_WAIT_S) -> list[str]:
+        """Wait until every save this rank started is written, uploaded and committed (each rank does its part; no
+        collective, so a rank that stops alone cannot hang on the others); what failed, in words."""
         deadline = time.monotonic() + timeout_s
         problems = []
         for shipment in self.shipments:
@@ -323,10 +322,16 @@ class Checkpoints:
             except CheckpointFailed as error:
                 problems.append(str(error))
         self.shipments = []
+        return problems
+
+    def finish(self, timeout_s: float = COMMIT_WAIT_S) -> str:
+        """On a stop that passes through the loop: settle, then say what is true: the newest committed checkpoint
+        in storage (every rank says it: one may stop alone)."""
+        problems = self.settle(timeout_s)
         line = newest_line(self.run_uri)
         if problems:
             line += f" ({'; '.join(problems)})"
-        print(f"rank {self.rank} stopping: {line}", flush=True)  # every rank: one may stop alone
+        print(f"rank {self.rank} stopping: {line}", flush=True)
         return line
 
 

@@ -1,7 +1,9 @@
 """Test-only faults and the row log that recovery tests read (tests/training/test_fault_matrix.py).
 
-Faults come from TrainConfig's inject_* options and from FAULTS_ENV, "kind@step[,kind@step...]", each firing once
-per run (a marker in the run's folder), at the start of that step, on the last rank unless said otherwise:
+Faults come from TrainConfig's inject_* options and from FAULTS_ENV, "kind@step[,kind@step...]" for every run or
+"run=kind@step,...;run2=..." for the runs named (the variable reaches the workers when Ray starts, so one setting
+serves every run of a test module), each firing once per run (a marker in the run's folder), at the start of that
+step, on the last rank unless said otherwise:
 - nan: rank 0's loss is NaN (the non-finite stop);
 - raise: an exception in the step;
 - hang: the rank blocks for ever (the watchdog's exit; training.watchdog.HANG_AT_STEP_ENV does the same);
@@ -11,14 +13,19 @@ per run (a marker in the run's folder), at the start of that step, on the last r
   to <run>/.prestop-<step>.out; waited for until its request is there;
 - slow: the upload of that step's checkpoint waits SLOW_UPLOAD_S first, so the save is still pending at the
   next steps;
+- settle: every rank waits until every checkpoint it started is committed (raising a failed one, as the step's
+  end would), so that the step's other fault comes just after a hand-over, not while one is still on its way;
+- drain: the last rank waits until its own saves are done, failed ones included, so that the step's other fault
+  comes after them;
 - storage: the upload of that step's checkpoint fails after its first file (a storage write refused mid-save).
 
 ROW_LOG_ENV names a local folder where every rank appends, per step, a digest of each row it trained
-(rank<r>.jsonl): which rows each step held, comparable across attempts and worker counts.
+(<run name>/rank<r>.jsonl): which rows each step held, comparable across attempts and worker counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,13 +41,18 @@ WORKER_ENV_NAMES = (FAULTS_ENV, ROW_LOG_ENV)
 """Passed on to the Ray workers when the driver has them (training.train.worker_env)."""
 
 
-def armed(kind: str, step: int) -> bool:
-    return f"{kind}@{step}" in (os.environ.get(FAULTS_ENV) or "").split(",")
+def armed(kind: str, step: int, run_uri: str) -> bool:
+    run = run_uri.rstrip("/").rsplit("/", 1)[-1]
+    for part in (os.environ.get(FAULTS_ENV) or "").split(";"):
+        named, _, faults = part.rpartition("=")
+        if named in ("", run) and f"{kind}@{step}" in faults.split(","):
+            return True
+    return False
 
 
 def _once(kind: str, step: int, run_uri: str) -> bool:
     """Whether this fault fires now: armed and not fired before in this run."""
-    if not armed(kind, step):
+    if not armed(kind, step, run_uri):
         return False
     from training.storage import exists, write_text
 
@@ -52,8 +64,17 @@ def _once(kind: str, step: int, run_uri: str) -> bool:
     return True
 
 
-def at_step_start(cfg, step: int, rank: int, world: int, run_uri: str, model):
-    """The faults due at the start of `step`; a forward hook to remove after the step when the loss is made NaN."""
+def at_step_start(cfg, step: int, rank: int, world: int, run_uri: str, model, checkpoints=None, waiting=None):
+    """The faults due at the start of `step`; a forward hook to remove after the step when the loss is made NaN.
+    `waiting(what)`: a context in which a fault's own wait is no hang (the watchdog's long_phase)."""
+    waiting = waiting or (lambda what: contextlib.nullcontext())
+    if checkpoints is not None and armed("settle", step, run_uri):
+        with waiting("test fault: settle"):
+            problems = checkpoints.settle()
+        if problems:  # what poll() would raise at the step's end
+            from training.checkpoint import CheckpointFailed
+
+            raise CheckpointFailed("; ".join(problems))
     if cfg.inject_failure_at_step == step and rank == world - 1:
         from training.storage import exists, write_text
 
@@ -62,15 +83,19 @@ def at_step_start(cfg, step: int, rank: int, world: int, run_uri: str, model):
             write_text(marker, str(step))
             print(f"injecting a worker failure at step {step} (rank {rank})", flush=True)
             os._exit(1)
-    nan = cfg.inject_nan_at_step == step or (armed("nan", step) and rank == 0 and _once("nan", step, run_uri))
+    nan = cfg.inject_nan_at_step == step or (rank == 0 and _once("nan", step, run_uri))
     if rank == world - 1:
-        _last_rank_faults(step, run_uri)
+        if checkpoints is not None and armed("drain", step, run_uri):
+            with waiting("test fault: drain"):
+                for shipment in checkpoints.shipments:
+                    shipment.done.exception()  # done, whether it failed or not
+        _last_rank_faults(step, run_uri, waiting)
     if nan and rank == 0:
         return model.register_forward_hook(lambda module, args, output: output * float("nan"))
     return None
 
 
-def _last_rank_faults(step: int, run_uri: str) -> None:
+def _last_rank_faults(step: int, run_uri: str, waiting) -> None:
     if _once("raise", step, run_uri):
         raise RuntimeError(f"injected exception at step {step}")
     if _once("kill", step, run_uri):
@@ -81,9 +106,11 @@ def _last_rank_faults(step: int, run_uri: str) -> None:
         from training.preemption import sigterm_received
 
         os.kill(os.getpid(), signal.SIGTERM)
-        _wait_for(sigterm_received, f"the SIGTERM handler at step {step}")
+        with waiting("test fault: sigterm"):
+            _wait_for(sigterm_received, f"the SIGTERM handler at step {step}")
     if _once("prestop", step, run_uri):
-        _run_prestop_hook(step, run_uri)
+        with waiting("test fault: prestop"):
+            _run_prestop_hook(step, run_uri)
 
 
 def _run_prestop_hook(step: int, run_uri: str) -> None:
@@ -122,11 +149,11 @@ def before_upload(step: int, rank: int, world: int, run_uri: str, folder: str, u
 
 
 class RowLog:
-    """Per step, a digest of every row this rank trained, appended to ROW_LOG_ENV/rank<r>.jsonl (off without it)."""
+    """Per step, a digest of every row this rank trained, appended to ROW_LOG_ENV/<run>/rank<r>.jsonl (off without it)."""
 
-    def __init__(self, rank: int, world: int, attempt: str) -> None:
+    def __init__(self, run_name: str, rank: int, world: int, attempt: str) -> None:
         folder = os.environ.get(ROW_LOG_ENV)
-        self.path = Path(folder) / f"rank{rank}.jsonl" if folder else None
+        self.path = Path(folder) / run_name / f"rank{rank}.jsonl" if folder else None
         self.world, self.attempt, self.rows = world, attempt, []
 
     def tap(self, batches):
@@ -139,13 +166,20 @@ class RowLog:
             self.rows += [row_id(row) for row in batch["input_ids"]]
             yield batch
 
+    def started(self, step: int, lines: list[str]) -> None:
+        """The attempt's resume: the step it starts after and the lines that said why."""
+        self._append({"attempt": self.attempt, "world": self.world, "resumed_from": step, "lines": lines})
+
     def step_done(self, step: int) -> None:
+        self._append({"attempt": self.attempt, "world": self.world, "step": step, "rows": self.rows})
+        self.rows = []
+
+    def _append(self, record: dict) -> None:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as file:
-            file.write(json.dumps({"attempt": self.attempt, "world": self.world, "step": step, "rows": self.rows}) + "\n")
-        self.rows = []
+            file.write(json.dumps(record) + "\n")
 
 
 def row_id(row) -> str:

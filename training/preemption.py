@@ -37,6 +37,9 @@ HOOK_MARGIN_S = 5
 """The hook returns this long before the grace period ends, so that it says why instead of being killed."""
 
 _sigterm = threading.Event()
+_training = threading.Event()
+"""Set while a training loop runs (loop_running): SIGTERM then asks for a save; otherwise it does what it did before
+(Ray ends a worker it retires with SIGTERM, which must not wait for a loop that is gone)."""
 _previous_handler = None
 
 
@@ -128,13 +131,22 @@ def sigterm_received() -> bool:
     return _sigterm.is_set()
 
 
+def loop_running(running: bool) -> None:
+    """While the loop runs, SIGTERM asks for a save; before and after, it ends the process as it did."""
+    if running:
+        _training.set()
+    else:
+        _training.clear()
+
+
 def _install() -> None:
     global _previous_handler
     _previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 def _on_sigterm(signum, frame) -> None:
-    if _sigterm.is_set():  # asked twice: what was there before (Ray's handler exits; the default ends the process)
+    if _sigterm.is_set() or not _training.is_set():  # asked twice, or no loop to save: what was there before
+        # (Ray's handler exits; the default ends the process)
         if callable(_previous_handler):
             _previous_handler(signum, frame)
         else:

@@ -87,7 +87,8 @@ def train_func(config: dict) -> dict:
     counts = DataCounts()
     if restored:
         counts.total |= counted_before  # the summary's data_counts cover the whole run, not the steps since
-    rows = faults.RowLog(rank, world, attempt)
+    rows = faults.RowLog(cfg.run_name, rank, world, attempt)
+    rows.started(step, lines)
     batches = rows.tap(hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))))
     validation, validation_counts = None, None
     if cfg.val_data is not None or cfg.val_fraction > 0:
@@ -109,9 +110,11 @@ def train_func(config: dict) -> dict:
 
     if step >= cfg.steps:
         log(rank, f"the run is complete: its checkpoint is at step {step} of {cfg.steps}; nothing to train")
+    preemption.loop_running(True)
     try:
         while step < cfg.steps:
-            injected = faults.at_step_start(cfg, step + 1, rank, world, run_uri(cfg), model)
+            injected = faults.at_step_start(cfg, step + 1, rank, world, run_uri(cfg), model, checkpoints,
+                                            hang_watchdog.long_phase)
             watchdog.maybe_hang(step + 1, rank, world, run_uri(cfg))
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
             try:  # the step's one collective also carries each rank's stop vote (training.preemption)
@@ -167,6 +170,7 @@ def train_func(config: dict) -> dict:
             checkpoints.finish()
         raise
     finally:  # a run stopped by an error keeps its records up to the last good step
+        preemption.loop_running(False)
         hang_watchdog.stop()
         if metrics_log:
             metrics_log.close()

@@ -324,3 +324,14 @@ def test_pods_pull_from_the_cache_and_the_jobs_name_does_not_hold_its_deploy_tim
             manifest["spec"]["submitterPodTemplate"]]
     images = {(p["template"]["spec"] if "template" in p else p["spec"])["containers"][0]["image"] for p in pods}
     assert images == {"111122223333.dkr.ecr.us-east-2.amazonaws.com/ecr-public/x:1"}
+
+
+def test_the_default_grace_period_covers_a_drained_pods_step_and_save():
+    """The default run (planning/checkpoint_time.py): 34.7 s to save a step, plus 30 s, rounded up to 70 s; within a
+    spot interruption's 120 s. The head trains nothing and keeps `ray stop` and Kubernetes' default."""
+    cluster = pure_workload()["RayJob"]["spec"]["rayClusterSpec"]
+    worker = cluster["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] == 70
+    assert worker["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["--wait", "65"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert "terminationGracePeriodSeconds" not in head and head["containers"][0]["lifecycle"] == PRE_STOP

@@ -49,6 +49,7 @@ CHANGED = {
     "training.ttl_seconds_after_finished": "600",
     "training.rerun": "2",
     "training.checkpoint_bucket_auto_delete": "true",
+    "training.termination_grace_period_seconds": "150",
 }
 
 
@@ -220,3 +221,12 @@ def test_checkpoint_bucket_auto_delete_deletes_the_bucket_and_its_objects(change
     bucket = only(changed, "AWS::S3::Bucket")
     assert bucket["DeletionPolicy"] == "Delete"
     assert len(resources_of(changed, "Custom::S3AutoDeleteObjects")) == 1
+
+
+def test_termination_grace_period_is_the_worker_pods_and_bounds_their_prestop_wait(ray_job):
+    """The GPU worker pods' terminationGracePeriodSeconds, which the kubelet counts the preStop hook against; the
+    hook gives up 5 s before it (training.preemption.HOOK_MARGIN_S)."""
+    pod = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 150
+    assert pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == [
+        "python", "-m", "training.preemption", "--wait", "145"]

@@ -66,12 +66,13 @@ def test_no_request_no_vote(tmp_path):
     assert StopRequest(tmp_path).vote() == (0.0, 0.0)
 
 
-def _signalled(kills: int) -> subprocess.CompletedProcess:
+def _signalled(kills: int, running: bool = True) -> subprocess.CompletedProcess:
     """A process that installs the handler and sends itself SIGTERM `kills` times, then reports the flag."""
     code = textwrap.dedent(f"""
         import os, signal, time
         from training import preemption
         assert preemption.install_sigterm_handler()
+        preemption.loop_running({running})
         for _ in range({kills}):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)
@@ -92,3 +93,9 @@ def test_a_second_sigterm_does_what_the_first_would_have_done():
     """Asked twice, the process goes: the handler that was there before (here the default) runs."""
     done = _signalled(2)
     assert done.returncode == -15
+
+
+def test_sigterm_outside_the_loop_ends_the_process_at_once():
+    """Ray retires a worker whose loop ended with SIGTERM: it must go, not wait for a save nobody will make."""
+    done = _signalled(1, running=False)
+    assert done.returncode == -15 and "SIGTERM received" not in done.stdout

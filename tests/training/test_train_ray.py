@@ -1,4 +1,8 @@
-"""The trainer end to end under Ray Train on local CPU workers: learning, resume, recovery, real data."""
+"""The trainer end to end under Ray Train on local CPU workers: learning, resume, recovery, real data.
+
+Recovery here is the fault matrix's share of `make test` (tests/training/fault_chains.py, docs/testing.md): the
+`core` chain (every fault once) against the uninterrupted run, and a real-data run stopped after an epoch boundary
+and resumed on one worker against the chat SFT run."""
 
 from __future__ import annotations
 
@@ -10,19 +14,27 @@ from pathlib import Path
 import pytest
 import torch
 
+from training import watchdog
 from training.config import TrainConfig, validate
 from training.train import fit
 from tests.conftest import DATA, local_ray
+from tests.training import fault_chains
 from benchmarks.tiny_model import save_tiny_model
 
-STEPS, EVERY, FAIL_AT, WORKER_DIES_AT = 24, 8, 13, 20
+STEPS, EVERY = 24, 8
 # Two micro-batches per step: a resume must skip grad_accum micro-batches per step done, not one per step.
 SHAPE = {"micro_batch": 2, "grad_accum": 2}
 
 
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return tmp_path_factory.mktemp("ray-runs")
+
+
 @pytest.fixture(scope="module", autouse=True)
-def ray_for_the_module():
-    yield from local_ray(3)
+def ray_for_the_module(workspace):
+    with fault_chains.fault_environment(workspace):  # before Ray starts: the workers inherit it
+        yield from local_ray(3)
 
 
 def config(tmp_path, name: str, **overrides) -> TrainConfig:
@@ -74,56 +86,62 @@ def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted
         assert r["tokens_per_s_per_gpu"] * r["step_time_s"] == pytest.approx(64 * 2 * 2, rel=1e-6), r
 
 
+# ---------------------------------------------------------------- the fault matrix's core chain
+
+
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
-    """A run on 2 workers that goes NaN at step 13 (no retries), as found after it stopped, then run again
-    under the same storage path and name on 1 worker at the same global batch (capacity for one GPU), where
-    the worker dies at step 20 and Ray Train restarts the group. Checkpoints are written in the background in
-    the first run and synchronously in the second: both must resume exactly."""
-    from training.storage import latest_checkpoint
-
-    storage = tmp_path_factory.mktemp("resumed")
-    with pytest.raises(Exception) as stopped:
-        fit(config(storage, "resumed", inject_nan_at_step=FAIL_AT, max_failures=0, **SHAPE))
-    run = storage / "resumed"
-    after_the_stop = {
-        "error": str(stopped.value),
-        "newest_checkpoint_step": json.loads((Path(latest_checkpoint(str(run)).path) / "train_state.json").read_text())["step"],
-        "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
-    }
-    one_worker = {"micro_batch": SHAPE["micro_batch"], "grad_accum": 2 * SHAPE["grad_accum"], "workers": 1}
-    rerun = fit(config(storage, "resumed", inject_failure_at_step=WORKER_DIES_AT, max_failures=1, async_checkpoint=False,
-                       **one_worker))
-    return run, rerun, after_the_stop
+def core(workspace, uninterrupted):
+    spec, resumes = fault_chains.CHAINS["core"]
+    summary = fit(config(workspace, "core", checkpoint_every=fault_chains.EVERY, max_failures=len(resumes),
+                         watchdog_step_seconds=fault_chains.WATCHDOG_S, **SHAPE))
+    return fault_chains.outcome(workspace, summary)
 
 
-def test_a_nan_step_stops_the_run_and_leaves_the_last_good_checkpoint_newest(resumed):
-    _, _, after = resumed
-    assert "step 13: loss nan / gradient norm nan is not finite; stopped before the update" in after["error"]
-    assert after["newest_checkpoint_step"] == EVERY
-    # The metrics keep every good step (written as the run goes, flushed when it stops); the rerun
-    # resumes from the checkpoint and drops the records past it.
-    assert after["records"] == list(range(1, FAIL_AT))
+def test_core_each_retry_resumes_from_the_step_its_fault_leaves_committed(core):
+    """raise@2 -> 0 (before the first checkpoint); NaN@5 with step 4's save in flight -> 4 (the stop finished it);
+    step 8's refused upload, then kill@9 -> 4 (step 8 partial); SIGTERM@10 -> 10 (saved on the way out);
+    hang@13 with step 12's save in flight -> 12 (the watchdog let it finish)."""
+    assert [a["resumed_from"] for a in core["attempts"]] == [0] + fault_chains.CHAINS["core"][1]
+    assert core["summary"]["final_step"] == STEPS and core["summary"]["resumed_from_step"] == 12
 
 
-def test_stopped_run_resumes_exactly(resumed, uninterrupted):
-    _, summary, _ = resumed
-    assert losses(summary) == pytest.approx(losses(uninterrupted), rel=1e-6)
+def test_core_every_step_trained_the_uninterrupted_runs_rows_once(core, workspace, uninterrupted):
+    expected = fault_chains.trained_rows(fault_chains.row_log(workspace, "straight"))
+    assert list(expected) == list(range(1, STEPS + 1)) and all(len(rows) == 8 for rows in expected.values())
+    assert core["rows"] == expected
 
 
-def test_metrics_file_holds_one_record_per_step_across_a_resume(resumed, uninterrupted):
-    run, _, _ = resumed
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
-    assert [r["loss"] for r in records] == pytest.approx([losses(uninterrupted)[s] for s in range(1, STEPS + 1)], rel=1e-6)
+def test_core_every_steps_loss_is_the_uninterrupted_runs(core, uninterrupted):
+    """Same workers, rows, weights, AdamW and random state restored: the same arithmetic (how often a run saves
+    changes nothing it computes)."""
+    assert core["losses"] == pytest.approx(losses(uninterrupted), rel=1e-6)
 
 
-def test_worker_failure_recovers_under_failure_config(resumed):
-    run, summary, _ = resumed
-    assert (run / ".injected-failure").read_text() == str(WORKER_DIES_AT)  # it did die
-    assert summary["final_step"] == STEPS
-    # The restarted group started from the newest checkpoint before the death, not from the first one.
-    assert summary["resumed_from_step"] == 2 * EVERY
+def test_core_a_refused_write_leaves_a_partial_save_that_the_retry_names_and_passes_over(core):
+    lines = core["attempts"][3]["lines"]
+    assert any(" (step 8): no commit marker: " in line for line in lines), lines
+    assert lines[-1].startswith("resume: step 4, the newest complete checkpoint (committed): ")
+
+
+def test_core_the_hang_dumps_every_rank_once(core):
+    [attempt] = list((core["run"] / watchdog.DUMP_FOLDER).iterdir())
+    # gloo's flight recorder beside the stacks (NCCL's on the cluster: rank<r>-nccl-trace.pkl)
+    assert sorted(p.name for p in attempt.iterdir()) == ["rank0-gloo-trace.pkl", "rank0-stacks.txt",
+                                                         "rank1-gloo-trace.pkl", "rank1-stacks.txt"]
+    hung = (attempt / "rank1-stacks.txt").read_text()
+    assert hung.startswith("rank 1: no progress for ") and "waiting for step 13 (bound 3 s)" in hung.splitlines()[0]
+    assert "_last_rank_faults" in hung  # the injected block is on the hung rank's stack
+
+
+def test_core_the_prestop_hook_returns_once_the_step_is_committed_and_the_run_trains_on(core):
+    assert (core["run"] / ".prestop-14.out").read_text() == "preStop: the trainer committed a checkpoint of step 14\n"
+    assert len(core["attempts"]) == 6  # the hook ended no attempt: on a cluster, Ray ends it when the node drains
+
+
+def test_core_keeps_the_newest_two_checkpoints(core):
+    from training.storage import scan_checkpoints
+
+    assert [(f.step, f.complete) for f in scan_checkpoints(str(core["run"]))] == [(20, True), (24, True)]
 
 
 def hub_layout_dataset(folder: Path) -> str:
@@ -140,15 +158,19 @@ def hub_layout_dataset(folder: Path) -> str:
     return str(folder)
 
 
+def sft_config(tmp: Path, name: str, model: str, **overrides) -> TrainConfig:
+    """Chat SFT from a Hub-layout dataset folder, validated on its validation split every 10 steps."""
+    dataset = tmp / "dataset"
+    return config(tmp, name, model=model, data=f"hf:{dataset}:train", val_data=f"hf:{dataset}:validation", steps=30,
+                  eval_every=10, eval_batches=4, seq_len=128, lr=3e-3, **overrides)
+
+
 @pytest.fixture(scope="module")
 def chat_sft(tmp_path_factory):
-    """Chat SFT from a Hub-layout dataset folder, validated on its validation split every 10 steps."""
     tmp = tmp_path_factory.mktemp("sft")
     model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
-    dataset = hub_layout_dataset(tmp / "dataset")
-    summary = fit(config(tmp, "sft", model=model, data=f"hf:{dataset}:train", val_data=f"hf:{dataset}:validation",
-                         steps=30, eval_every=10, eval_batches=4, seq_len=128, micro_batch=4, lr=3e-3,
-                         checkpoint_every=0, export_hf=True, export_checkpoints=True))
+    hub_layout_dataset(tmp / "dataset")
+    summary = fit(sft_config(tmp, "sft", model, micro_batch=4, checkpoint_every=0, export_hf=True, export_checkpoints=True))
     return tmp / "sft", summary, model
 
 
@@ -210,11 +232,94 @@ def test_tensorboard_events_beside_the_metrics(chat_sft):
     assert [v for _, v in scalars["loss/train"]] == pytest.approx([r["loss"] for r in records], rel=1e-6)
 
 
-def test_data_counts_cover_the_whole_run_after_a_resume(resumed, uninterrupted):
-    """Resumed twice (from step 8, then from 16), the summary still counts all 24 steps: 2 workers x 2
-    micro-batches x 2 sequences x 64 tokens = 512 a step, 12,288 in all, as the uninterrupted run counts."""
-    _, summary, _ = resumed
-    assert summary["data_counts"]["tokens"] == uninterrupted["data_counts"]["tokens"] == STEPS * 512
+# ---------------------------------------------------------------- the fault matrix's epoch moment, on real data
+#
+# The chat SFT run stopped by a NaN at step 21, after its first epoch (its 300 records pack into about 120 blocks,
+# 15 steps of 8 rows), its step-20 checkpoint still being written; then rerun on 1 worker (2 rows x 4 micro-batches:
+# the same global batch of 8 rows), whose worker dies at step 25 and is restarted by Ray Train. Tolerance (derived as
+# in test_resume_gloo): another world size sums the same fp32 terms in another order, at most 10 resumed steps x
+# 8 rows x 128 tokens x 2^-24 = 6.1e-4 relative. A resume one row off trains other rows and misses it by far.
+RESUMED_TOLERANCE = 10 * 8 * 128 * 2.0 ** -24
+
+
+@pytest.fixture(scope="module")
+def stopped_and_resumed(chat_sft):
+    from training.checkpoint import newest_line
+
+    sft, _, model = chat_sft
+    tmp = sft.parent
+    with pytest.raises(Exception) as stopped:
+        fit(sft_config(tmp, "sft-stopped", model, micro_batch=4, checkpoint_every=10, inject_nan_at_step=21,
+                       max_failures=0))
+    run = tmp / "sft-stopped"
+    after_the_stop = {
+        "error": str(stopped.value), "newest": newest_line(str(run)),
+        "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
+    }
+    rerun = fit(sft_config(tmp, "sft-stopped", model, workers=1, micro_batch=2, grad_accum=4, checkpoint_every=10,
+                           inject_failure_at_step=25, max_failures=1, async_checkpoint=False))
+    return run, rerun, after_the_stop
+
+
+def test_a_nan_step_stops_the_run_and_leaves_the_last_good_checkpoint_newest(stopped_and_resumed):
+    """Step 20's save was still being written when step 21 went NaN: the stop finished it, and says so."""
+    run, _, after = stopped_and_resumed
+    assert "step 21: loss nan / gradient norm nan is not finite; stopped before the update; the newest committed " \
+           f"checkpoint is step 20 ({run}/checkpoint_00000020_" in after["error"]
+    assert after["newest"].startswith("the newest committed checkpoint is step 20 ")
+    # The metrics keep every good step (written as the run goes, flushed when it stops); the rerun resumes from
+    # the checkpoint and drops the records past it.
+    assert after["records"] == list(range(1, 21))
+
+
+def test_the_resumed_steps_after_the_epoch_boundary_train_the_same_rows_on_one_worker(stopped_and_resumed, chat_sft,
+                                                                                       workspace):
+    baseline = fault_chains.trained_rows(fault_chains.row_log(workspace, "sft"))
+    first_twenty = [row for step in range(1, 21) for row in baseline[step]]
+    assert len(set(first_twenty)) < len(first_twenty) == 160  # rows repeat: the second epoch began before step 20
+    run, _, _ = stopped_and_resumed
+    resumed = fault_chains.trained_rows(fault_chains.row_log(workspace, run.name))
+    assert resumed == baseline
+
+
+def test_stopped_run_resumes_exactly(stopped_and_resumed, chat_sft):
+    """Steps 1-20 on the same 2 workers are the same arithmetic; 21-30 on 1 worker, within the tolerance."""
+    run, _, _ = stopped_and_resumed
+    _, baseline, _ = chat_sft
+    resumed, expected = fault_chains.losses(run), losses(baseline)
+    assert [resumed[s] for s in range(1, 21)] == pytest.approx([expected[s] for s in range(1, 21)], rel=1e-6)
+    assert [resumed[s] for s in range(21, 31)] == pytest.approx([expected[s] for s in range(21, 31)], rel=RESUMED_TOLERANCE)
+
+
+def test_the_resumed_run_on_one_worker_evaluates_the_first_attempts_validation_blocks(stopped_and_resumed, chat_sft):
+    """--eval-batches 4 on 2 workers of 4 rows set 32 blocks (the split holds fewer: all of it); on 1 worker of 2 rows
+    it alone would set 8. The resumed run evaluates the stored 32, as the uninterrupted run did."""
+    run, summary, _ = stopped_and_resumed
+    _, baseline, _ = chat_sft
+    assert json.loads((run / "validation.json").read_text())["blocks"] == 32
+    assert summary["validation_counts"] == baseline["validation_counts"]
+    assert summary["val_loss"] == pytest.approx(baseline["val_loss"], rel=RESUMED_TOLERANCE)
+
+
+def test_metrics_file_holds_one_record_per_step_across_a_resume(stopped_and_resumed):
+    run, _, _ = stopped_and_resumed
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 31))
+
+
+def test_worker_failure_recovers_under_failure_config(stopped_and_resumed):
+    run, summary, _ = stopped_and_resumed
+    assert (run / ".injected-failure").read_text() == "25"  # it did die
+    assert summary["final_step"] == 30
+    # The restarted worker started from the newest checkpoint before the death, step 20 (the rerun saves at 30).
+    assert summary["resumed_from_step"] == 20
+
+
+def test_data_counts_cover_the_whole_run_after_a_resume(stopped_and_resumed, chat_sft):
+    """Resumed twice (from step 20 on 1 worker, then again after its death), the summary counts all 30 steps as
+    the uninterrupted run counts them."""
+    _, summary, _ = stopped_and_resumed
+    assert summary["data_counts"] == chat_sft[1]["data_counts"]
 
 
 @pytest.fixture(scope="module")
