@@ -221,7 +221,7 @@ class TrainConfig:
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
     inject_failure_at_step: int | None = None
-    """Testing recovery: the last rank's worker exits once at this step."""
+    """Testing recovery: the last rank's worker is killed (SIGKILL) once at this step."""
     inject_nan_at_step: int | None = None
     """Testing the non-finite guard: rank 0's loss is NaN at this step."""
 

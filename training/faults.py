@@ -1,6 +1,7 @@
 """Test-only faults and the row log that recovery tests read (tests/training/test_fault_matrix.py).
 
-Faults come from TrainConfig's inject_* options and from FAULTS_ENV, "kind@step[,kind@step...]" for every run or
+Faults come from TrainConfig's inject_* options (--inject-failure-at-step: SIGKILL to the last rank's worker, once
+per run; --inject-nan-at-step: rank 0's loss NaN, on every attempt) and from FAULTS_ENV, "kind@step[,kind@step...]" for every run or
 "run=kind@step,...;run2=..." for the runs named (the variable reaches the workers when Ray starts, so one setting
 serves every run of a test module), each firing once per run (a marker in the run's folder), at the start of that
 step, on the last rank unless said otherwise:
@@ -51,8 +52,9 @@ def armed(kind: str, step: int, run_uri: str) -> bool:
 
 
 def _once(kind: str, step: int, run_uri: str) -> bool:
-    """Whether this fault fires now: armed and not fired before in this run."""
-    if not armed(kind, step, run_uri):
+    """Whether this fault fires now: armed (an inject_* option is armed by its caller) and not fired before in
+    this run."""
+    if kind != "injected-failure" and not armed(kind, step, run_uri):
         return False
     from training.storage import exists, write_text
 
@@ -75,20 +77,14 @@ def at_step_start(cfg, step: int, rank: int, world: int, run_uri: str, model, ch
             from training.checkpoint import CheckpointFailed
 
             raise CheckpointFailed("; ".join(problems))
-    if cfg.inject_failure_at_step == step and rank == world - 1:
-        from training.storage import exists, write_text
-
-        marker = f"{run_uri}/.injected-failure"
-        if not exists(marker):
-            write_text(marker, str(step))
-            print(f"injecting a worker failure at step {step} (rank {rank})", flush=True)
-            os._exit(1)
     nan = cfg.inject_nan_at_step == step or (rank == 0 and _once("nan", step, run_uri))
     if rank == world - 1:
         if checkpoints is not None and armed("drain", step, run_uri):
             with waiting("test fault: drain"):
                 for shipment in checkpoints.shipments:
                     shipment.done.exception()  # done, whether it failed or not
+        if cfg.inject_failure_at_step == step and _once("injected-failure", step, run_uri):
+            os.kill(os.getpid(), signal.SIGKILL)  # kill -9: nothing of the trainer runs after it
         _last_rank_faults(step, run_uri, waiting)
     if nan and rank == 0:
         return model.register_forward_hook(lambda module, args, output: output * float("nan"))

@@ -335,3 +335,13 @@ def test_the_default_grace_period_covers_a_drained_pods_step_and_save():
     assert worker["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["--wait", "65"]
     head = cluster["headGroupSpec"]["template"]["spec"]
     assert "terminationGracePeriodSeconds" not in head and head["containers"][0]["lifecycle"] == PRE_STOP
+
+
+def test_the_worker_prestop_hook_runs_a_module_the_trainer_archive_ships():
+    """The hook runs `python -m training.preemption` from the pods' PYTHONPATH, the trainer archive: the module must
+    be among the files the ConfigMap carries (the trainer's imports, cdk_constructs.ray_manifests.trainer_files)."""
+    from cdk_constructs.training_workload import TRAINER_PACKAGE
+
+    command = rm.pre_stop_command(spec(), worker=True)
+    module = command[command.index("-m") + 1]
+    assert f"{module.replace('.', '/')}.py" in rm.trainer_files(TRAINER_PACKAGE)

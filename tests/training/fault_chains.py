@@ -30,10 +30,11 @@ WATCHDOG_S = 3.0
 # name: (faults, the step each retry resumed from, in order). `core` runs in make test; the others are marked.
 CHAINS = {
     # Every fault once. An exception before the first checkpoint; NaN while step 4's save is in flight; step 8's
-    # upload refused on rank 1, then rank 1 killed at step 9 (one attempt: the partial step 8 is passed over and
-    # named, which is what both cells assert; the refused rank's own stop is the `first` chain's); SIGTERM just
-    # after step 8's hand-over; a hang while step 12's save is in flight; the preStop hook (no restart).
-    "core": ("raise@2,slow@4,nan@5,storage@8,drain@9,kill@9,settle@10,sigterm@10,slow@12,hang@13,prestop@14",
+    # upload refused on rank 1, then rank 1 killed at step 9 (--inject-failure-at-step 9; one attempt: the partial
+    # step 8 is passed over and named, which is what both cells assert; the refused rank's own stop is the `first`
+    # chain's); SIGTERM just after step 8's hand-over; a hang while step 12's save is in flight; the preStop hook
+    # (no restart).
+    "core": ("raise@2,slow@4,nan@5,storage@8,drain@9,settle@10,sigterm@10,slow@12,hang@13,prestop@14",
              [0, 4, 4, 10, 12]),
     "first": ("raise@1,kill@1,hang@2,nan@3,storage@4", [0, 0, 0, 0, 0]),
     "first_sigterm": ("sigterm@2", [2]),

@@ -93,7 +93,7 @@ def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted
 def core(workspace, uninterrupted):
     spec, resumes = fault_chains.CHAINS["core"]
     summary = fit(config(workspace, "core", checkpoint_every=fault_chains.EVERY, max_failures=len(resumes),
-                         watchdog_step_seconds=fault_chains.WATCHDOG_S, **SHAPE))
+                         watchdog_step_seconds=fault_chains.WATCHDOG_S, inject_failure_at_step=9, **SHAPE))
     return fault_chains.outcome(workspace, summary)
 
 
@@ -136,6 +136,13 @@ def test_core_the_hang_dumps_every_rank_once(core):
 def test_core_the_prestop_hook_returns_once_the_step_is_committed_and_the_run_trains_on(core):
     assert (core["run"] / ".prestop-14.out").read_text() == "preStop: the trainer committed a checkpoint of step 14\n"
     assert len(core["attempts"]) == 6  # the hook ended no attempt: on a cluster, Ray ends it when the node drains
+
+
+def test_worker_failure_recovers_under_failure_config(core):
+    """core's kill -9 at step 9 (--inject-failure-at-step): Ray Train restarts the group (one of --max-failures 5),
+    from the newest committed checkpoint, step 4."""
+    assert (core["run"] / ".fault-injected-failure@9").read_text() == "9"  # it did die
+    assert core["attempts"][3]["resumed_from"] == 4 and core["summary"]["final_step"] == STEPS
 
 
 def test_core_keeps_the_newest_two_checkpoints(core):
@@ -236,7 +243,7 @@ def test_tensorboard_events_beside_the_metrics(chat_sft):
 #
 # The chat SFT run stopped by a NaN at step 21, after its first epoch (its 300 records pack into about 120 blocks,
 # 15 steps of 8 rows), its step-20 checkpoint still being written; then rerun on 1 worker (2 rows x 4 micro-batches:
-# the same global batch of 8 rows), whose worker dies at step 25 and is restarted by Ray Train. Tolerance (derived as
+# the same global batch of 8 rows), synchronous checkpoints this time. Tolerance (derived as
 # in test_resume_gloo): another world size sums the same fp32 terms in another order, at most 10 resumed steps x
 # 8 rows x 128 tokens x 2^-24 = 6.1e-4 relative. A resume one row off trains other rows and misses it by far.
 RESUMED_TOLERANCE = 10 * 8 * 128 * 2.0 ** -24
@@ -257,7 +264,7 @@ def stopped_and_resumed(chat_sft):
         "records": [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()],
     }
     rerun = fit(sft_config(tmp, "sft-stopped", model, workers=1, micro_batch=2, grad_accum=4, checkpoint_every=10,
-                           inject_failure_at_step=25, max_failures=1, async_checkpoint=False))
+                           async_checkpoint=False))
     return run, rerun, after_the_stop
 
 
@@ -307,17 +314,13 @@ def test_metrics_file_holds_one_record_per_step_across_a_resume(stopped_and_resu
     assert [r["step"] for r in records] == list(range(1, 31))
 
 
-def test_worker_failure_recovers_under_failure_config(stopped_and_resumed):
-    run, summary, _ = stopped_and_resumed
-    assert (run / ".injected-failure").read_text() == "25"  # it did die
-    assert summary["final_step"] == 30
-    # The restarted worker started from the newest checkpoint before the death, step 20 (the rerun saves at 30).
-    assert summary["resumed_from_step"] == 20
+def test_the_rerun_resumes_from_the_step_the_stop_committed(stopped_and_resumed):
+    _, summary, _ = stopped_and_resumed
+    assert summary["final_step"] == 30 and summary["resumed_from_step"] == 20
 
 
 def test_data_counts_cover_the_whole_run_after_a_resume(stopped_and_resumed, chat_sft):
-    """Resumed twice (from step 20 on 1 worker, then again after its death), the summary counts all 30 steps as
-    the uninterrupted run counts them."""
+    """Resumed from step 20 on 1 worker, the summary counts all 30 steps as the uninterrupted run counts them."""
     _, summary, _ = stopped_and_resumed
     assert summary["data_counts"] == chat_sft[1]["data_counts"]
 
