@@ -73,10 +73,8 @@ def at_step_start(cfg, step: int, rank: int, world: int, run_uri: str, model, ch
     if checkpoints is not None and armed("settle", step, run_uri):
         with waiting("test fault: settle"):
             problems = checkpoints.settle()
-        if problems:  # what poll() would raise at the step's end
-            from training.checkpoint import CheckpointFailed
-
-            raise CheckpointFailed("; ".join(problems))
+        if problems:  # what the step's end would raise (Checkpoints.poll)
+            raise RuntimeError("; ".join(problems))
     nan = cfg.inject_nan_at_step == step or (rank == 0 and _once("nan", step, run_uri))
     if rank == world - 1:
         if checkpoints is not None and armed("drain", step, run_uri):
