@@ -15,7 +15,7 @@ TRAIN_ARGS ?=
 # Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
 BENCH_ARGS ?=
 
-.PHONY: synth diff preflight deploy watch destroy test mutation scan train-local sft-local report bench bench-wheels clean
+.PHONY: synth diff preflight deploy watch destroy test fault-matrix mutation scan train-local sft-local report bench bench-wheels clean
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -67,6 +67,10 @@ destroy: $(VENV)/.synth-deps node_modules/.installed
 
 test: $(VENV)/.dev-deps node_modules/.installed
 	$(PY) -m pytest -q
+
+# The fault matrix beyond make test (docs/testing.md, "Fault matrix"): every fault at every moment, under Ray.
+fault-matrix: $(VENV)/.dev-deps
+	$(PY) -m pytest -q -m fault_matrix tests/training/test_fault_matrix.py
 
 $(VENV)/.mutation-deps: $(VENV)/.dev-deps requirements-mutation.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt

@@ -27,6 +27,7 @@ from cdk_constructs.device_plugins import GPU_NODE_SELECTOR, gpu_tolerations
 from cdk_constructs.errors import ConstructError
 from cdk_constructs.node_groups import SYSTEM_NODE_LABELS
 from cdk_constructs.trainer_archive import ARCHIVE_KEY, ANNOTATIONS_BUDGET_BYTES, check_configmap_fits, trainer_archive
+from training.preemption import HOOK_MARGIN_S
 
 TRAINER_PACKAGE = "training"
 TRAINER_ENTRY = "train.py"
@@ -140,6 +141,9 @@ class RayClusterSpec:
     pulled_image: str | None = None
     """Where the pods pull `image` from when not from its own registry (a pull-through cache; its URI holds
     the account, a deploy-time value, so the job's name is digested with a stand-in)."""
+    termination_grace_period_seconds: int = 120
+    """The GPU worker pods' grace period: their preStop hook asks the trainer to save the current step and waits
+    for the commit (training.preemption) within it (stacks.settings.termination_grace)."""
 
     @property
     def image_uri(self) -> str:
@@ -201,6 +205,16 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
+def pre_stop_command(spec: RayClusterSpec, worker: bool) -> list[str]:
+    """A GPU worker, asked to stop (a drain, a spot interruption, a scale-down, `kubectl delete pod`), first has
+    the trainer save the current step and waits for the commit (training.preemption; the trainer archive is the
+    container's PYTHONPATH); Kubernetes sends SIGTERM to `ray start --block` only after the hook, and Ray's own
+    SIGTERM handler then drains the node and ends the workers. The head trains nothing: `ray stop`."""
+    if not worker:
+        return ["/bin/sh", "-c", "ray stop"]
+    return ["python", "-m", "training.preemption", "--wait", str(spec.termination_grace_period_seconds - HOOK_MARGIN_S)]
+
+
 def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -> dict:
     return {
         "name": name, "image": spec.image_uri,
@@ -208,7 +222,7 @@ def _container(spec: RayClusterSpec, name: str, resources: dict, worker: bool) -
         "env": _env(spec, worker),
         "volumeMounts": _mounts(worker),
         "securityContext": dict(CONTAINER_SECURITY),
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+        "lifecycle": {"preStop": {"exec": {"command": pre_stop_command(spec, worker)}}},
     }
 
 
@@ -261,6 +275,7 @@ def ray_cluster_spec(spec: RayClusterSpec, configmap_name: str) -> dict:
                 "spec": {
                     "serviceAccountName": spec.service_account, **NO_API_TOKEN,
                     "securityContext": dict(POD_SECURITY),
+                    "terminationGracePeriodSeconds": spec.termination_grace_period_seconds,
                     "nodeSelector": dict(GPU_NODE_SELECTOR),
                     "tolerations": gpu_tolerations(spec.gpu_taint),
                     "containers": [_container(spec, "ray-worker", worker_resources(spec), worker=True)],

@@ -106,6 +106,8 @@ class TrainingWorkloadProps:
     """The trainer package to ship (default: this repository's training/)."""
     pulled_image: str | None = None
     """Where the pods pull `image` from, when through a pull-through cache (cdk_constructs/image_cache.py)."""
+    termination_grace_period_seconds: int = 120
+    """The GPU worker pods' grace period (stacks.settings.termination_grace)."""
 
 
 class TrainingWorkload(Construct):
@@ -142,7 +144,7 @@ class TrainingWorkload(Construct):
             memory_gib_per_worker=props.memory_gib_per_worker, gpu_taint=props.gpu_taint,
             ray_version=props.ray_version, region=props.region, hf_token_secret=props.hf_token_secret,
             wandb_api_key_secret=props.wandb_api_key_secret,
-            pulled_image=props.pulled_image,
+            pulled_image=props.pulled_image, termination_grace_period_seconds=props.termination_grace_period_seconds,
         )
         self.job_spec = rm.RayJobSpec(
             namespace=props.namespace, cluster=pods, trainer_options=dict(props.trainer_options),

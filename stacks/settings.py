@@ -115,6 +115,11 @@ class TrainingSettings:
     """Write checkpoints in the background: training pauses only to copy the shards to CPU memory."""
     max_failures: int = field(default=3, metadata=_trainer())
     """Worker-group restarts Ray Train may make from the last checkpoint (the retries of training)."""
+    termination_grace_period_seconds: int | None = None
+    """Seconds a GPU worker pod asked to stop (a drain, a spot interruption, a scale-down) has before it is killed:
+    its preStop hook has the trainer save the current step and commit it first (training/preemption.py). null: the
+    planner's time for one step and that save, plus 30 s, rounded up to 10 s (70 s for the default run; 120 s where
+    the planner knows the run not); synth refuses less than the step and the save."""
     require_efa: bool = field(default=True, metadata=_trainer())
     """Fail the job in its first minute when inter-node NCCL traffic is not on EFA, or cannot be verified."""
     tracking: str = field(default="none", metadata=_trainer())
@@ -312,6 +317,19 @@ def _plan(s: Settings) -> tuple[dict[str, typing.Any], str | None]:
     resolved = resolve_options(trainer_options(s), configs)
     save({k: v for k, v in configs.items() if k not in cached}, PROJECT_CONTEXT_FILE)
     return resolved
+
+
+def termination_grace(s: Settings, options: dict | None = None):
+    """(the worker pods' grace period, seconds; the planner's StopEstimate or None): the setting, else its default
+    (planning.checkpoint_time). `options`: the planned trainer options, where already at hand."""
+    from planning.checkpoint_time import FALLBACK_GRACE_S, planned_stop
+    from planning.model_config import project_context
+
+    estimate = planned_stop(options if options is not None else planned_trainer_options(s)[0], project_context())
+    chosen = s.training.termination_grace_period_seconds
+    if chosen is None:
+        chosen = estimate.grace_s if estimate else FALLBACK_GRACE_S
+    return chosen, estimate
 
 
 def _setting_of_option(option: str) -> str:

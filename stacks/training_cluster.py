@@ -21,7 +21,7 @@ from cdk_constructs.vpc_cni import VpcCni, VpcCniProps
 from stacks.lookups import price_basis
 from stacks.nag import add_nag_suppressions
 from stacks.outputs import job_outputs
-from stacks.settings import Settings, planned_trainer_options
+from stacks.settings import Settings, planned_trainer_options, termination_grace
 from stacks.validation import access_entry_principal, reproducibility_warnings
 
 
@@ -137,6 +137,7 @@ class EfaTrainingStack(Stack):
                 kubernetes_version=s.kubernetes_version, region=s.region, ray_version=t.ray_version,
                 hf_token_secret=t.hf_token_secret, pre_running_deadline_seconds=t.pre_running_deadline_seconds,
                 wandb_api_key_secret=t.wandb_api_key_secret,
+                termination_grace_period_seconds=termination_grace(s, options)[0],
                 pulled_image=self.image_cache.image(t.image) if self.image_cache else None))
         if self.image_cache:
             self.training.ray_job.node.add_dependency(self.image_cache)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import math
 import re
 import shlex
 import typing
@@ -310,6 +311,29 @@ def _validate_training(s: Settings) -> None:
         rest = re.sub(r"--([a-z][a-z-]*)", lambda m: _setting_of_option(m.group(1).replace("-", "_")), rest)
         raise SettingsError(f"{_setting_of_option(option.removeprefix('--').replace('-', '_'))}: {rest}") from None
     _validate_pod_paths(t)
+    _validate_grace(s, options)
+
+
+# Kubernetes accepts any non-negative grace period; past an hour a pod that will not stop holds its node (and bill).
+MAX_GRACE_S = 3600
+
+
+def _validate_grace(s: Settings, options: dict) -> None:
+    """A drained worker pod must live until its save is committed (training.preemption): the planner's one step and
+    save (planning.checkpoint_time) is the least it may be given."""
+    from stacks.settings import termination_grace
+
+    chosen = s.training.termination_grace_period_seconds
+    if chosen is None:
+        return
+    _require(1 <= chosen <= MAX_GRACE_S, f"training.termination_grace_period_seconds: {chosen} must be between 1 and "
+             f"{MAX_GRACE_S}")
+    _, estimate = termination_grace(s, options)
+    if estimate is not None and chosen < estimate.needed_s:
+        raise SettingsError(f"training.termination_grace_period_seconds: {chosen} is below the {estimate.needed_s:.0f} s "
+                            f"a drained pod needs to save its step (one step, then {estimate.bytes_per_node / 1e9:.1f} GB a "
+                            f"node written and uploaded; planning/checkpoint_time.py): give at least "
+                            f"{math.ceil(estimate.needed_s)}, or null for the default")
 
 
 # Secrets Manager secret names: 1-512 of letters, digits and /_+=.@- (CreateSecret's Name); an ARN ends in the

@@ -107,7 +107,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
     from cdk_constructs.image_cache import cached_image
     from cdk_constructs.instance_types import INSTANCE_TYPES, worker_pod_resources
     from stacks.context import settings_from_context
-    from stacks.settings import planned_trainer_options
+    from stacks.settings import planned_trainer_options, termination_grace
 
     s = settings_from_context(base_context() | overrides)
     instance, t = INSTANCE_TYPES[s.gpu_instance_type], s.training
@@ -122,6 +122,7 @@ def pure_workload(**overrides) -> dict[str, dict]:
         cpu_per_worker=pod["cpu"], memory_gib_per_worker=pod["memory_gib"], gpu_taint=s.gpu_node_taint,
         ray_version=t.ray_version, region=s.region, hf_token_secret=t.hf_token_secret,
         wandb_api_key_secret=t.wandb_api_key_secret,
+        termination_grace_period_seconds=termination_grace(s, options)[0],
         pulled_image=cached_image(t.image, f"{ACCOUNT_PLACEHOLDER}.dkr.ecr.{s.region}.{URL_SUFFIX_PLACEHOLDER}")
         if s.image_pull_through_cache else None)
     job = rm.RayJobSpec(

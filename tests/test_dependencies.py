@@ -23,6 +23,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "planning.train": frozenset({"training"}),
     "benchmarks": frozenset({"training", "planning"}),
     "cdk_constructs": frozenset({"planning"}),
+    # The worker pods' preStop hook runs the trainer's own module, with its margin (one source for both).
+    "cdk_constructs.ray_manifests": frozenset({"training.preemption"}),
     "stacks": frozenset({"cdk_constructs", "planning", "training"}),
     "tools": frozenset(set(PACKAGES) - {"tools", "benchmarks"}),
     "app": frozenset({"stacks", "cdk_constructs"}),

@@ -191,6 +191,20 @@ def training_batch_line(template: dict) -> str | None:
     return batch_line(*found[:4]) if found else None
 
 
+def training_stop_line(template: dict) -> str | None:
+    """What a drained GPU worker pod needs to save its step (planning.checkpoint_time), against the grace period the
+    template gives it; None where the planner knows the run not."""
+    from planning.checkpoint_time import stop_estimate
+
+    found = _job_plan(template)
+    if found is None:
+        return None
+    model, work, cluster, chosen, _ = found
+    estimate = stop_estimate(model, work.lora_rank, cluster, chosen.step_s)
+    pod = _manifests(template, "RayJob")[0]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    return f"stop: {estimate.line()}; the worker pods get {pod.get('terminationGracePeriodSeconds', 30)} s"
+
+
 def first_step_s() -> float:
     """Seconds from a job's start to its first step: GPU nodes boot, then pull the Ray image."""
     return GPU_NODE_BOOT_S + RAY_IMAGE_GIB * 1024 / IMAGE_PULL_MIB_S
@@ -376,7 +390,8 @@ def review_lines(template: dict) -> list[str]:
     plan = training_plan_line(template)
     if plan:
         lines.append(plan)
-        lines += filter(None, [training_auto_line(template), training_batch_line(template), training_fp8_line(template)])
+        lines += filter(None, [training_auto_line(template), training_batch_line(template), training_fp8_line(template),
+                               training_stop_line(template)])
     lines += job_cost_lines(template, busy_gpu)
     lines += configmap_lines(template)
     return lines

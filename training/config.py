@@ -141,6 +141,9 @@ class TrainConfig:
     predicted_step_seconds: float | None = None
     """The planner's step time for this run, seconds (the synth passes it): the hang watchdog allows max(10 x this,
     60 s) per step."""
+    watchdog_step_seconds: float | None = None
+    """The hang watchdog's bound per step, seconds. Unset: from --predicted-step-seconds; without one, max(60 s,
+    10 x the slowest of steps 2-4), measured (1,800 s until then)."""
     predicted_link_gbps: float | None = None
     """The planner's bandwidth of the slowest link the step's collectives cross, GB/s one way (each node's network
     on several nodes, the intra-node link per GPU on one; the synth passes it): the health gate fails a node pair
@@ -234,7 +237,7 @@ class TrainConfig:
     cache_dir: str | None = None
     """Hugging Face cache (on the cluster: the node-local volume shared by a pod's workers)."""
     inject_failure_at_step: int | None = None
-    """Testing recovery: the last rank's worker exits once at this step."""
+    """Testing recovery: the last rank's worker is killed (SIGKILL) once at this step."""
     inject_nan_at_step: int | None = None
     """Testing the non-finite guard: rank 0's loss is NaN at this step."""
 
@@ -303,7 +306,7 @@ def validate(c: TrainConfig) -> TrainConfig:
     require(c.reduce_dtype in REDUCE_DTYPES, f"--reduce-dtype: {c.reduce_dtype!r} must be one of {', '.join(REDUCE_DTYPES)}")
     require(c.instance_type is None or re.fullmatch(r"[a-z0-9-]+\.[a-z0-9-]+", c.instance_type) is not None,
             f"--instance-type: {c.instance_type!r} is not an EC2 instance type name (family.size, e.g. g6.12xlarge)")
-    for option in ("predicted_step_seconds", "predicted_link_gbps"):
+    for option in ("predicted_step_seconds", "predicted_link_gbps", "watchdog_step_seconds"):
         value = getattr(c, option)
         require(value is None or 0 < value < float("inf"), f"{option_flag(option)}: {value} must be above 0")
     require(c.precision in PRECISIONS + (AUTO,), f"--precision: {c.precision!r} must be one of {', '.join(PRECISIONS + (AUTO,))}")

@@ -5,6 +5,14 @@ equal=True (ray/train/_internal/data_config.py), which drops blocks to give ever
 gives each world size other rows. Every worker reads the whole stream instead and keeps its share:
 training, its rows of each global micro-batch, so a step holds the same rows on any number of workers;
 validation, every world-th micro-batch, so every block is evaluated exactly once.
+
+Training reads one continuous stream: epoch after epoch, each in its own order, with no row dropped at an
+epoch's end (torchtitan's infinite loop over the data; a step may hold the last rows of one epoch and the first
+of the next). Global row k is then the same on any number of workers for the whole run; grouping each epoch
+into global micro-batches of its own would drop N mod (workers x micro-batch) rows per epoch, a number that
+changes with the workers, and move every later epoch's rows.
+Validation is the first `blocks` blocks of its stream, a number fixed by the run's first attempt
+(training.validation_set), so a resumed attempt on another number of workers evaluates the same blocks.
 """
 
 from __future__ import annotations
@@ -52,21 +60,15 @@ def worker_share(rows: Iterable[dict], micro_batch: int, rank: int, world: int) 
 
 
 def validation_share(rows: Iterable[dict], micro_batch: int, rank: int, world: int,
-                     limit: int) -> tuple[list[dict[str, np.ndarray]], bool]:
-    """Validation: the rows in micro-batches (the last one possibly short), rank r keeping every world-th
-    from the r-th, so every block is evaluated exactly once over the workers whatever their number; at most
-    `limit` micro-batches a worker. Also whether the pass is whole (no micro-batch left out by the limit)."""
-    mine, group, index = [], [], 0
-    for row in itertools.chain(rows, [None]):
-        if row is not None:
-            group.append(row)
-        if group and (len(group) == micro_batch or row is None):
-            if index == limit * world:
-                return mine, False
-            if index % world == rank:
-                mine.append(_stacked(group))
-            group, index = [], index + 1
-    return mine, True
+                     blocks: int) -> tuple[list[dict[str, np.ndarray]], bool]:
+    """Validation: the first `blocks` rows in micro-batches (the last one possibly short), rank r keeping every
+    world-th from the r-th, so every block is evaluated exactly once over the workers whatever their number.
+    Also whether the pass is whole (the stream held no more rows)."""
+    taken = list(itertools.islice(iter(rows), blocks + 1))
+    whole = len(taken) <= blocks
+    taken = taken[:blocks]
+    groups = [taken[i:i + micro_batch] for i in range(0, len(taken), micro_batch)]
+    return [_stacked(group) for group in groups[rank::world]], whole
 
 
 def evaluated_counts(batches: list[dict]) -> dict[str, int]:
@@ -94,27 +96,30 @@ def _windows(dataset) -> Iterator[dict[str, np.ndarray]]:
     return dataset.iter_batches(batch_size=SHUFFLE_WINDOW_BLOCKS, batch_format="numpy")
 
 
+def stream_rows(dataset, shuffle_seed: int | None = None) -> Iterator[dict]:
+    """The training stream: every epoch's rows (epoch_rows), one epoch after the other, for ever."""
+    for epoch in itertools.count():
+        produced = False
+        for row in epoch_rows(_windows(dataset), shuffle_seed, epoch):
+            produced = True
+            yield row
+        if not produced:
+            raise RuntimeError("--data: the dataset yields no block; use more text or a smaller --seq-len")
+
+
 def dataset_batches(dataset, micro_batch: int, position: int = 0, shuffle_seed: int | None = None,
                     rank: int = 0, world: int = 1) -> Iterator[dict[str, torch.Tensor]]:
     """This worker's training micro-batches from the whole stream (a Ray DataIterator), skipping the
-    `position` it already consumed; epochs repeat, each in its own order (epoch_rows, worker_share)."""
-    consumed, epoch = 0, 0
-    while True:
-        produced = False
-        for batch in worker_share(epoch_rows(_windows(dataset), shuffle_seed, epoch), micro_batch, rank, world):
-            produced = True
-            consumed += 1
-            if consumed > position:
-                yield host_tensors(batch)
-        if not produced:
-            raise RuntimeError("--data: the dataset yields no full micro-batch; use more text or a smaller --seq-len/--micro-batch")
-        epoch += 1
+    `position` micro-steps already consumed (position x world x micro_batch global rows; stream_rows, worker_share)."""
+    rows = itertools.islice(stream_rows(dataset, shuffle_seed), position * world * micro_batch, None)
+    for batch in worker_share(rows, micro_batch, rank, world):
+        yield host_tensors(batch)
 
 
-def dataset_pass(dataset, micro_batch: int, limit: int, rank: int = 0,
+def dataset_pass(dataset, micro_batch: int, blocks: int, rank: int = 0,
                  world: int = 1) -> tuple[list[dict[str, torch.Tensor]], bool]:
-    """This worker's share of one pass over the validation stream (validation_share), as host tensors."""
-    mine, whole = validation_share(epoch_rows(_windows(dataset), None, 0), micro_batch, rank, world, limit)
+    """This worker's share of the first `blocks` blocks of the validation stream (validation_share), as host tensors."""
+    mine, whole = validation_share(epoch_rows(_windows(dataset), None, 0), micro_batch, rank, world, blocks)
     return [host_tensors(batch) for batch in mine], whole
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -54,20 +55,46 @@ def download_folder(uri: str, local: str | Path) -> str:
 
 
 def latest_checkpoint(run_uri: str):
-    """The newest complete checkpoint of a run (a crashed run leaves no Ray snapshot), or None."""
+    """The newest complete checkpoint of a run (scan_checkpoints), as a ray.train.Checkpoint, or None."""
+    found = complete_checkpoints(run_uri)
+    return ray_checkpoint(found[-1][1]) if found else None
+
+
+def ray_checkpoint(uri: str):
+    """A checkpoint folder as a ray.train.Checkpoint (as_directory() downloads one in S3)."""
     from ray.train import Checkpoint
 
-    found = complete_checkpoints(run_uri)
-    if not found:
-        return None
-    fs, path = _filesystem(found[-1][1])
+    fs, path = _filesystem(uri)
     return Checkpoint(path, filesystem=fs)
 
 
 def complete_checkpoints(run_uri: str) -> list[tuple[int, str]]:
-    """(step, URI) of a run's complete checkpoints (checkpoint_complete), by step, oldest first."""
-    import json
+    """(step, URI) of a run's complete checkpoints (scan_checkpoints), by step, oldest first."""
+    return [(found.step, found.uri) for found in scan_checkpoints(run_uri) if found.complete]
 
+
+TRAIN_STATE = "train_state.json"
+# The run's settings, beside each checkpoint: what an export from it needs (training.export).
+SETTINGS = "settings.json"
+COMMIT = "commit.json"
+"""Written last into a checkpoint folder, by rank 0, once every rank's files are in storage (training.checkpoint)."""
+COMMIT_PROTOCOL = "commit marker"
+"""train_state.json's "protocol" in checkpoints that count only with their COMMIT marker; older ones have none and
+count when every rank's shards are verified (checkpoint_status)."""
+
+
+@dataclass(frozen=True)
+class FoundCheckpoint:
+    step: int | None
+    """None when the folder holds no readable train_state.json."""
+    uri: str
+    complete: bool
+    why: str
+    """committed; written before commit markers and verified; or what is missing."""
+
+
+def scan_checkpoints(run_uri: str) -> list[FoundCheckpoint]:
+    """Every checkpoint_* folder of a run, complete or not, with why (checkpoint_status), by step (unreadable last)."""
     import pyarrow.fs
 
     fs, path = _filesystem(run_uri)
@@ -79,40 +106,83 @@ def complete_checkpoints(run_uri: str) -> list[tuple[int, str]]:
     for entry in entries:
         if entry.type != pyarrow.fs.FileType.Directory or not entry.base_name.startswith("checkpoint_"):
             continue
-        if not checkpoint_complete(fs, entry.path):
-            continue
-        with fs.open_input_stream(f"{entry.path}/{TRAIN_STATE}") as stream:
-            step = json.loads(stream.read())["step"]
-        found.append((step, f"{run_uri.rstrip('/')}/{entry.base_name}"))
-    return sorted(found)
-
-
-TRAIN_STATE = "train_state.json"
-# The run's settings, beside each checkpoint: what an export from it needs (training.export).
-SETTINGS = "settings.json"
+        complete, why, step = checkpoint_status(fs, entry.path)
+        found.append(FoundCheckpoint(step, f"{run_uri.rstrip('/')}/{entry.base_name}", complete, why))
+    return sorted(found, key=lambda f: (f.step is None, f.step or 0, f.uri))
 
 
 def checkpoint_complete(fs, path: str) -> bool:
-    """Every rank's shard is there, whole: DCP's .metadata names each shard file and the byte
-    range of every item in it (every rank's), so a missing or short file is found; and our
-    train_state.json. Each worker uploads its own files, so rank 0's alone prove nothing."""
-    import pickle
+    return checkpoint_status(fs, path)[0]
 
+
+def checkpoint_status(fs, path: str) -> tuple[bool, str, int | None]:
+    """(complete, why, step) of one checkpoint folder. One written with the commit protocol counts only with its
+    COMMIT marker (and its files still there); one written before it counts when every rank's shard is there,
+    whole (missing_files)."""
+    import json
+
+    sizes = _file_sizes(fs, path)
+    if TRAIN_STATE not in sizes:
+        return False, f"no {TRAIN_STATE} (rank 0's files did not all arrive)", None
+    try:
+        with fs.open_input_stream(f"{path}/{TRAIN_STATE}") as stream:
+            state = json.loads(stream.read())
+        step = int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False, f"{TRAIN_STATE} unreadable (cut short)", None
+    missing = missing_files(fs, path, sizes, state.get("world"))
+    if state.get("protocol") == COMMIT_PROTOCOL:
+        if COMMIT not in sizes:
+            return False, "no commit marker: " + (missing or "every file is there, but the save stopped before its commit"), step
+        if missing:
+            return False, f"committed, but {missing} since", step
+        return True, "committed", step
+    if missing:
+        return False, missing, step
+    return True, "written before commit markers; every rank's shards verified", step
+
+
+def _file_sizes(fs, path: str) -> dict[str, int]:
     import pyarrow.fs
 
-    sizes = {f.base_name: f.size for f in fs.get_file_info(pyarrow.fs.FileSelector(path))
-             if f.type == pyarrow.fs.FileType.File}
-    if ".metadata" not in sizes or TRAIN_STATE not in sizes:
-        return False
+    return {f.base_name: f.size for f in fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+            if f.type == pyarrow.fs.FileType.File}
+
+
+def missing_files(fs, path: str, sizes: dict[str, int] | None = None, world: int | None = None) -> str | None:
+    """What of a checkpoint is not in storage, whole; None when nothing. DCP's .metadata names each shard file
+    and the byte range of every item in it (every rank's), so a missing or short file is found; each of the
+    `world` ranks' random state (rng-rank<r>.pt) where the world is known. Each worker uploads its own files,
+    so rank 0's alone prove nothing."""
+    import pickle
+
+    sizes = _file_sizes(fs, path) if sizes is None else sizes
+    if ".metadata" not in sizes:
+        return "no .metadata (DCP's index, written by rank 0)"
     try:
         with fs.open_input_stream(f"{path}/.metadata") as stream:
             metadata = pickle.loads(stream.read())  # DCP's own format: a pickled Metadata object
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        return False
+        return ".metadata unreadable (cut short)"
     needed: dict[str, int] = {}
     for info in (getattr(metadata, "storage_data", None) or {}).values():
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
-    return bool(needed) and all(sizes.get(name, -1) >= end for name, end in needed.items())
+    if not needed:
+        return ".metadata names no shard"
+    for name, end in sorted(needed.items()):
+        if name not in sizes:
+            return f"{name} missing"
+        if sizes[name] < end:
+            return f"{name} holds {sizes[name]} of {end} bytes"
+    for rank in range(world or 0):
+        if f"rng-rank{rank}.pt" not in sizes:
+            return f"rng-rank{rank}.pt missing (rank {rank}'s random state)"
+    return None
+
+
+def remove_folder(uri: str) -> None:
+    fs, path = _filesystem(uri)
+    fs.delete_dir(path)
 
 
 def local_model_path(model: str, cache_dir: str | None) -> str:

@@ -29,19 +29,21 @@ NCCL_LOG_ROOT = "/tmp/nccl-logs"
 # ---------------------------------------------------------------- inside each worker
 
 
-def train_func(config: dict) -> None:
+def train_func(config: dict) -> dict:
     import socket
 
     import ray.train
 
     from training import checkpoint as ckpt
-    from training import tracking, watchdog
+    from training import faults, preemption, tracking, watchdog
     from training.fp8 import after_optimizer_step
     from training.health import gate_for_run, health_line
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at
     from training.step import NonFiniteStep, evaluate, train_step
+    from training.storage import ray_checkpoint
+    from training.validation_set import fixed_blocks, validation_batches
 
     cfg = TrainConfig(**config)
     context = ray.train.get_context()
@@ -51,8 +53,14 @@ def train_func(config: dict) -> None:
         torch.cuda.set_device(device)
     # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
     first_minute_checks(run_uri(cfg), socket.gethostname(), cfg.require_efa and device.type == "cuda")
-    attempt = rank0_choice(lambda: time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), rank)
-    hang_watchdog = watchdog.for_run(run_uri(cfg), attempt, rank, cfg.predicted_step_seconds)
+    attempt = rank0_choice(lambda: time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() // 10**6 % 1000:03d}Z", rank)
+    checkpoints = ckpt.Checkpoints(cfg.async_checkpoint, rank, world, run_uri(cfg), attempt, lambda message: log(rank, message),
+                                   settings=dataclasses.asdict(cfg),
+                                   export=(lambda m, folder: export_model(cfg, m, rank, folder)) if cfg.export_checkpoints else None)
+    hang_watchdog = watchdog.for_run(run_uri(cfg), attempt, rank, cfg.predicted_step_seconds, cfg.watchdog_step_seconds,
+                                     before_exit=checkpoints.finish, log=lambda message: log(rank, message))
+    stop = preemption.StopRequest()
+    preemption.install_sigterm_handler()
     transport = check_transport(cfg, rank) if device.type == "cuda" else "gloo (CPU): no NCCL"
     try:
         health_figures = gate_for_run(cfg, rank, device, lambda message: log(rank, message))
@@ -61,15 +69,14 @@ def train_func(config: dict) -> None:
         raise
 
     mesh, sharding = sharding_mesh(cfg, device, rank, world)
-    from training.storage import latest_checkpoint
-
-    # The newest complete checkpoint in storage, before Ray's own pointer: a report still in flight
-    # when a worker dies is never registered, and a rerun after a crash has no pointer at all. Rank 0
-    # alone chooses: an upload completing between two ranks' listings would otherwise restore two steps.
+    # The newest committed checkpoint in storage (ckpt.resume_choice); partial ones are named with why. Rank 0
+    # alone chooses: a commit landing between two ranks' listings would otherwise restore two steps.
     # Its settings were checked on the driver (refuse_changed_resume) before Ray started.
-    restored = rank0_choice(lambda: latest_checkpoint(run_uri(cfg)) or ray.train.get_checkpoint(), rank)
+    restored, lines = rank0_choice(lambda: ckpt.resume_choice(run_uri(cfg)), rank)
+    for line in lines:
+        log(rank, line)
     if restored:
-        with restored.as_directory() as folder:
+        with ray_checkpoint(restored).as_directory() as folder:
             model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh, folder)
             counted_before = read_data_counts(Path(folder))
         log(rank, f"resumed from checkpoint at step {step} (data position {position} rows of the global batch)")
@@ -80,9 +87,14 @@ def train_func(config: dict) -> None:
     counts = DataCounts()
     if restored:
         counts.total |= counted_before  # the summary's data_counts cover the whole run, not the steps since
-    counted_at: dict[int, dict] = {}  # each checkpoint's counts, taken at its step (it may be reported later)
-    batches = hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position)))
-    validation, validation_counts = validation_batches(cfg, model.config.vocab_size, rank, world, device)
+    rows = faults.RowLog(cfg.run_name, rank, world, attempt)
+    rows.started(step, lines)
+    batches = rows.tap(hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))))
+    validation, validation_counts = None, None
+    if cfg.val_data is not None or cfg.val_fraction > 0:
+        blocks, source = rank0_choice(lambda: fixed_blocks(run_uri(cfg), cfg.eval_batches, world, cfg.micro_batch), rank)
+        log(rank, f"validation: the first {blocks} blocks of the validation data, {source}")
+        validation, validation_counts = validation_batches(cfg, model.config.vocab_size, rank, world, device, blocks)
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
@@ -91,51 +103,43 @@ def train_func(config: dict) -> None:
                              earlier=list(metrics_log.records) if metrics_log else [])
     last = None
 
-    def report(checkpoint_step: int, folder: str, final: bool) -> None:
-        """Hand a written checkpoint to Ray: uploaded in the background, the last one before the run ends."""
-        from ray.train import CheckpointUploadMode
+    def summary() -> dict:
+        return {"step": step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
+                "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
+                "data_counts": dict(counts.total), "validation_counts": validation_counts, "health": health_figures,
+                **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
 
-        counted = counted_at.pop(checkpoint_step)
-        if rank == 0:
-            (Path(folder) / DATA_COUNTS_FILE).write_text(json.dumps(counted))
-        metrics = {"step": checkpoint_step, "resumed_from_step": resumed_from, "transport": transport, "world_size": world,
-                   "sharding": sharding, "checkpoint_stalls_s": [round(x, 3) for x in checkpoints.stalls],
-                   "data_counts": dict(counts.total), "validation_counts": validation_counts, "health": health_figures,
-                   **({k: v for k, v in dataclasses.asdict(last).items() if k not in ("step", "steps")} if last else {})}
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
-                         checkpoint_upload_mode=CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC,
-                         delete_local_checkpoint_after_upload=True)
+    def save(at: int, wait: bool) -> None:
+        with hang_watchdog.long_phase("checkpoint"):
+            checkpoints.save(model, optimizer, at, position, files={DATA_COUNTS_FILE: json.dumps(counts.total)}, wait=wait)
+        throughput.reset(at)  # keep checkpoint time out of the next step's throughput
         if metrics_log:
             metrics_log.flush()
-        tracker.summary(metrics)
-
-    checkpoints = ckpt.Checkpoints(cfg.async_checkpoint, rank, report, lambda message: log(rank, message),
-                                   settings=dataclasses.asdict(cfg),
-                                   export=(lambda m, folder: export_model(cfg, m, rank, folder)) if cfg.export_checkpoints else None)
+        tracker.summary(summary())
 
     if step >= cfg.steps:
         log(rank, f"the run is complete: its checkpoint is at step {step} of {cfg.steps}; nothing to train")
+    preemption.loop_running(True)
     try:
         while step < cfg.steps:
-            maybe_inject_failure(cfg, step + 1, rank, world)
+            injected = faults.at_step_start(cfg, step + 1, rank, world, run_uri(cfg), model, checkpoints,
+                                            hang_watchdog.long_phase)
             watchdog.maybe_hang(step + 1, rank, world, run_uri(cfg))
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio)
-            injected = maybe_inject_nan(cfg, step + 1, rank, model)
-            try:
+            try:  # the step's one collective also carries each rank's stop vote (training.preemption)
                 result = train_step(model, optimizer, batches, cfg.grad_accum, cfg.grad_clip, lr, device,
-                                    keep_weights_gathered=not cfg.reshard_after_forward, count=counts.drain,
+                                    keep_weights_gathered=not cfg.reshard_after_forward,
+                                    count=lambda: (*counts.drain(), *stop.vote()),
                                     after_update=after_optimizer_step if cfg.precision == "fp8" else None)
-            except NonFiniteStep as error:
-                # Stop here: no update was applied, and no checkpoint of this state is written.
-                raise RuntimeError(f"step {step + 1}: {error}; stopped before the update, the newest checkpoint "
-                                   f"is untouched (lower --lr or check the data)") from None
             finally:
                 if injected:
                     injected.remove()
             step += 1
             hang_watchdog.step_done(step)
+            rows.step_done(step)
             position += global_batch_rows(cfg)
-            counts.add(result.sums)
+            *sums, asked, signalled = result.sums
+            counts.add(sums)
             checkpoints.poll()
             evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
             if step % cfg.log_every == 0 or step == cfg.steps or evaluating:
@@ -155,21 +159,39 @@ def train_func(config: dict) -> None:
                 if metrics_log:
                     metrics_log.add(last.fields())
                 tracker.step(last.fields())
-            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                counted_at[step] = dict(counts.total)
-                with hang_watchdog.long_phase("checkpoint"):
-                    checkpoints.save(model, optimizer, step, position, final=step == cfg.steps)
-                throughput.reset(step)  # keep checkpoint time out of the next step's throughput
-    except BaseException:
+            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or asked or signalled:
+                save(step, wait=step == cfg.steps or bool(asked or signalled))
+            if asked or signalled:
+                stop.answer(f"step {step}")
+                why = "SIGTERM to a worker" if signalled else "a pod's preStop hook"
+                log(rank, f"stop requested ({why}): the checkpoint of step {step} is committed")
+                if signalled:
+                    raise preemption.StopRequested(f"stopped after step {step} on SIGTERM; its checkpoint is committed, "
+                                                   "a retry resumes there")
+    except NonFiniteStep as error:  # no update was applied, and no checkpoint of this state is written
+        with hang_watchdog.long_phase("checkpoint"):
+            newest = checkpoints.finish()
+        tracker.close(failed=True)
+        raise RuntimeError(f"step {step + 1}: {error}; stopped before the update; {newest} "
+                           "(lower --lr or check the data)") from None
+    except preemption.StopRequested:
+        tracker.close(failed=True)  # the retry reopens the same tracking run
+        raise
+    except BaseException:  # a save in flight still completes: the retry resumes from it
+        with hang_watchdog.long_phase("checkpoint"):
+            checkpoints.finish()
         tracker.close(failed=True)
         raise
     finally:  # a run stopped by an error keeps its records up to the last good step
+        preemption.loop_running(False)
         hang_watchdog.stop()
         if metrics_log:
             metrics_log.close()
     if cfg.export_hf:
         export_model(cfg, model, rank)
     tracker.close(exported=f"{run_uri(cfg)}/hf-export" if cfg.export_hf else None)
+    # Rank 0's return value is the run's result (Ray Train V2: Result.return_value); no checkpoint goes through Ray.
+    return summary()
 
 
 def prepare_training(cfg: TrainConfig, device: torch.device, rank: int, world: int, mesh=None,
@@ -210,39 +232,6 @@ def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, rows
     # The whole stream on every worker (fit: datasets_to_split=[]); each keeps its share (training.data_plan).
     return dataset_batches(ray.train.get_dataset_shard("train"), cfg.micro_batch, position,
                            shuffle_seed=cfg.seed if cfg.shuffle else None, rank=rank, world=world)
-
-
-def validation_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int,
-                       device: torch.device) -> tuple[list | None, dict | None]:
-    """This worker's validation micro-batches, held for every evaluation, and what the validation holds
-    over all workers (blocks, documents, targets, whole); (None, None) when the run has no validation data.
-    Real data: every worker reads the whole validation stream and keeps every world-th micro-batch (each
-    block evaluated once; the last micro-batch may be short), at most --eval-batches; a worker with fewer
-    pads with empty batches, since every worker must run the same number of forwards (each gathers the
-    sharded weights)."""
-    import itertools
-
-    import ray.train
-
-    from training.data import VALIDATION_SEED_OFFSET, synthetic_batches
-    from training.data_plan import dataset_pass, empty_batch, evaluated_counts
-
-    if cfg.val_data is None and cfg.val_fraction == 0:
-        return None, None
-    if cfg.data in SYNTHETIC_DATA:
-        return list(itertools.islice(synthetic_batches(cfg.data, cfg.seed + VALIDATION_SEED_OFFSET, vocab_size,
-                                                       cfg.seq_len, cfg.micro_batch, rank, world), cfg.eval_batches)), None
-    held, whole = dataset_pass(ray.train.get_dataset_shard("validation"), cfg.micro_batch, cfg.eval_batches, rank, world)
-    mine = evaluated_counts(held)
-    sums = torch.tensor([len(held), mine["blocks"], mine["documents"], mine["targets"]], device=device)
-    most = sums[:1].clone()
-    dist.all_reduce(most, op=dist.ReduceOp.MAX)
-    dist.all_reduce(sums)
-    if most.item() == 0:
-        raise RuntimeError(f"--val-{'data' if cfg.val_data else 'fraction'}: the validation split holds no block; "
-                           "give more validation data or a larger --val-fraction")
-    counts = dict(zip(("blocks", "documents", "targets"), (int(v) for v in sums[1:].tolist()))) | {"whole": whole}
-    return held + [empty_batch(cfg.seq_len)] * (int(most.item()) - len(held)), counts
 
 
 DATA_COUNTS_FILE = "data_counts.json"  # beside each checkpoint: the data counted up to its step
@@ -290,27 +279,6 @@ def read_metrics_file(cfg: TrainConfig, up_to_step: int) -> list[dict]:
     if up_to_step == 0 or not exists(uri):
         return []
     return read_metrics(read_text(uri), up_to_step)
-
-
-def maybe_inject_nan(cfg: TrainConfig, step: int, rank: int, model: torch.nn.Module):
-    """Testing the non-finite guard: rank 0's loss becomes NaN at the given step (a hook to remove)."""
-    if cfg.inject_nan_at_step != step or rank != 0:
-        return None
-    return model.register_forward_hook(lambda module, args, output: output * float("nan"))
-
-
-def maybe_inject_failure(cfg: TrainConfig, step: int, rank: int, world: int) -> None:
-    """Testing recovery: the last rank's worker dies once, at the start of the given step."""
-    if cfg.inject_failure_at_step != step or rank != world - 1:
-        return
-    from training.storage import exists, write_text
-
-    marker = f"{run_uri(cfg)}/.injected-failure"
-    if exists(marker):
-        return
-    write_text(marker, str(step))
-    print(f"injecting a worker failure at step {step} (rank {rank})", flush=True)
-    os._exit(1)
 
 
 def check_transport(cfg: TrainConfig, rank: int) -> str:
@@ -405,10 +373,11 @@ def worker_env(cfg: TrainConfig) -> dict[str, str]:
     """
     trainer_root = str(Path(__file__).resolve().parent.parent)
     paths = [trainer_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != trainer_root]
-    from training import watchdog
+    from training import faults, preemption, watchdog
 
     env = {"TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths), **watchdog.WORKER_ENV}
-    env |= {name: os.environ[name] for name in (watchdog.HANG_AT_STEP_ENV, watchdog.FLOOR_ENV) if name in os.environ}
+    passed = (watchdog.HANG_AT_STEP_ENV, watchdog.FLOOR_ENV, preemption.STOP_DIR_ENV, *faults.WORKER_ENV_NAMES)
+    env |= {name: os.environ[name] for name in passed if name in os.environ}
     if cfg.require_efa:
         env |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": f"{nccl_log_dir(cfg)}/%h.%p.log"}
     return env
@@ -448,7 +417,7 @@ def refuse_planner_autos(cfg: TrainConfig) -> None:
 
 def fit(cfg: TrainConfig) -> dict:
     import ray
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from training.failures import failure_config_options
@@ -474,8 +443,9 @@ def fit(cfg: TrainConfig) -> dict:
                                      resources_per_worker=None if use_gpu else {"CPU": 1}),
         run_config=RunConfig(
             name=cfg.run_name, storage_path=storage_uri(cfg.storage_path),
+            # Checkpoints are the trainer's own (training.checkpoint: committed, KEEP of them kept); Ray Train
+            # is told none, and a restart resumes from storage.
             failure_config=FailureConfig(**failure_config_options(cfg.max_failures, cfg.node_wait_s)),
-            checkpoint_config=CheckpointConfig(num_to_keep=2),
             worker_runtime_env=tracker_packages(cfg),  # the training workers only: rank 0 logs
         ),
         datasets=datasets or None,
@@ -484,7 +454,9 @@ def fit(cfg: TrainConfig) -> dict:
         dataset_config=DataConfig(datasets_to_split=[]),
     )
     result = trainer.fit()
-    metrics = dict(result.metrics or {})
+    from training.storage import complete_checkpoints, write_text
+
+    metrics = dict(result.return_value or {})
     records = read_metrics_file(cfg, up_to_step=metrics.get("step") or 0)
     evaluated = [r for r in records if r.get("val_loss") is not None]
     summary = {
@@ -507,11 +479,9 @@ def fit(cfg: TrainConfig) -> dict:
         "transport": metrics.get("transport"),
         "health": metrics.get("health"),
         "sharding": metrics.get("sharding"),
-        "checkpoint": result.checkpoint.path if result.checkpoint else None,
+        "checkpoint": newest[-1][1] if (newest := complete_checkpoints(run_uri(cfg))) else None,
         "loss_history": [{k: r.get(k) for k in ("step", "loss", "val_loss", "lr", "grad_norm")} for r in records],
     }
-    from training.storage import write_text
-
     write_text(f"{run_uri(cfg)}/run_summary.json", json.dumps(summary, indent=1))
     return summary
 

@@ -3,8 +3,12 @@
 An NCCL collective that hangs raises nothing; without this thread the job would wait until the RayJob's
 activeDeadlineSeconds. Each rank's thread watches the time since its last completed step; past the bound,
 it writes every thread's Python stack and (on NCCL) the flight recorder's trace to
-<run>/hang-dumps/<attempt>/rank<r>-..., then ends the process with EXIT_CODE, so the Ray attempt fails and
-the retry resumes from the last checkpoint.
+<run>/hang-dumps/<attempt>/rank<r>-..., lets a checkpoint still being saved finish (its write, upload and
+commit run on threads of their own), then ends the process with EXIT_CODE, so the Ray attempt fails and
+the retry resumes from the newest committed checkpoint.
+
+The bound per step: --watchdog-step-seconds where set; else max(10 x the planner's step time, 60 s); without a
+prediction, max(60 s, 10 x the slowest of the MEASURED_STEPS steps after the first), LONG_S until they are timed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ EXIT_CODE = 75
 """EX_TEMPFAIL (sysexits.h): a temporary failure, worth a retry; distinct from a crash's 1."""
 STEP_FACTOR = 10
 FLOOR_S = 60.0
+MEASURED_STEPS = 3
+"""Steps timed, after the first (which holds compilation and warm-up), to bound a run without a prediction."""
 LONG_S = 1800.0
 """The first step (NCCL setup, compilation, the first data), checkpoints, evaluation and data waits."""
 POLL_S = 1.0
@@ -40,16 +46,25 @@ def step_bound_s(predicted_step_s: float | None, floor_s: float = FLOOR_S) -> fl
     return max(STEP_FACTOR * (predicted_step_s or 0.0), floor_s)
 
 
+def measured_bound(step_seconds: list[float], floor_s: float = FLOOR_S) -> float:
+    """max(the floor, 10 x the slowest timed step)."""
+    return max(floor_s, STEP_FACTOR * max(step_seconds))
+
+
 def floor_s() -> float:
     return float(os.environ.get(FLOOR_ENV) or FLOOR_S)
 
 
 class Watchdog:
     """Calls `on_hang(reason)` once when no step completed within the allowance: `bound_s` after a step,
-    LONG_S for the first step and inside `long_phase()`."""
+    LONG_S for the first step and inside `long_phase()`. bound_s None: measured (measured_bound), LONG_S until
+    then; `log` hears the bound once it is measured."""
 
-    def __init__(self, bound_s: float, on_hang, clock=time.monotonic, long_s: float = LONG_S):
+    def __init__(self, bound_s: float | None, on_hang, clock=time.monotonic, long_s: float = LONG_S,
+                 floor_s: float = FLOOR_S, log=None):
         self.bound_s, self.long_s, self._on_hang, self._clock = bound_s, long_s, on_hang, clock
+        self.floor_s, self._log = floor_s, log
+        self._timed: list[float] | None = [] if bound_s is None else None
         self._lock = threading.Lock()
         self._since, self._allowance, self._waiting_for = clock(), long_s, "the first step"
         self._stop = threading.Event()
@@ -58,7 +73,17 @@ class Watchdog:
 
     def step_done(self, step: int) -> None:
         with self._lock:
-            self._since, self._allowance, self._waiting_for = self._clock(), self.bound_s, f"step {step + 1}"
+            now = self._clock()
+            if self._timed is not None and step > 1:  # the first step holds compilation and warm-up
+                self._timed.append(now - self._since)
+                if len(self._timed) == MEASURED_STEPS:
+                    self.bound_s = measured_bound(self._timed, self.floor_s)
+                    self._timed = None
+                    if self._log:
+                        self._log(f"{LINE_PREFIX} no planned step time: bound {self.bound_s:.0f} s per step, the larger "
+                                  f"of {self.floor_s:g} s and {STEP_FACTOR} x the slowest of steps 2-{MEASURED_STEPS + 1}")
+            allowance = self.bound_s if self.bound_s is not None else self.long_s
+            self._since, self._allowance, self._waiting_for = now, allowance, f"step {step + 1}"
 
     @contextmanager
     def long_phase(self, what: str):
@@ -143,26 +168,37 @@ def dump(folder: str, rank: int, reason: str) -> list[str]:
     return written
 
 
-def dump_and_exit(folder: str, rank: int, reason: str, exit=os._exit, grace_s: float = EXIT_GRACE_S) -> None:
-    """The on_hang of a run: dump, say where, and end the process (the hung collective never returns,
-    so nothing short of ending the process frees the rank). The exit waits grace_s after the dump: every rank's
-    watchdog fires at about the same time, and a rank that exits breaks its peers' collectives, which end their
-    processes (an exception or an abort) and, without the wait, cut off dumps still being written."""
+def dump_and_exit(folder: str, rank: int, reason: str, exit=os._exit, grace_s: float = EXIT_GRACE_S,
+                  before_exit=None) -> None:
+    """The on_hang of a run: dump, say where, let `before_exit` run (a checkpoint in flight finishes), and end the
+    process (the hung collective never returns, so nothing short of ending the process frees the rank). The exit
+    waits grace_s after the dump: every rank's watchdog fires at about the same time, and a rank that exits breaks
+    its peers' collectives, which end their processes (an exception or an abort) and, without the wait, cut off
+    dumps still being written."""
     try:
         dump(folder, rank, reason)
     finally:
         print(f"{LINE_PREFIX} rank {rank}: {reason}; stacks and NCCL flight recorder in {folder}/; exiting "
-              f"{EXIT_CODE} so the attempt restarts from the last checkpoint", flush=True)
-        time.sleep(grace_s)
-        exit(EXIT_CODE)
+              f"{EXIT_CODE} so the attempt restarts from the newest committed checkpoint", flush=True)
+        try:
+            if before_exit:
+                before_exit()
+        finally:
+            time.sleep(grace_s)
+            exit(EXIT_CODE)
 
 
-def for_run(run_uri: str, attempt: str, rank: int, predicted_step_s: float | None) -> Watchdog:
-    """A started watchdog for one attempt of a run."""
+def for_run(run_uri: str, attempt: str, rank: int, predicted_step_s: float | None, bound_s: float | None = None,
+            before_exit=None, log=None) -> Watchdog:
+    """A started watchdog for one attempt of a run: bound_s as set (--watchdog-step-seconds), else from the
+    prediction, else measured. `before_exit` runs before a hang ends the process."""
     folder = f"{run_uri}/{DUMP_FOLDER}/{attempt}"
-    bound_s = step_bound_s(predicted_step_s, floor_s())
-    grace_s = min(EXIT_GRACE_S, bound_s)  # a test's short floor keeps its wait short too
-    return Watchdog(bound_s, lambda reason: dump_and_exit(folder, rank, reason, grace_s=grace_s)).start()
+    floor = floor_s()
+    if bound_s is None and predicted_step_s:
+        bound_s = step_bound_s(predicted_step_s, floor)
+    grace_s = min(EXIT_GRACE_S, bound_s or floor)  # a test's short floor keeps its wait short too
+    return Watchdog(bound_s, lambda reason: dump_and_exit(folder, rank, reason, grace_s=grace_s, before_exit=before_exit),
+                    floor_s=floor, log=log).start()
 
 
 def maybe_hang(step: int, rank: int, world: int, run_uri: str) -> None:

@@ -319,7 +319,10 @@ def test_worker_has_memory_backed_shm_cache_and_prestop(worker):
     assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert {"/dev/shm", rm.MODEL_CACHE_MOUNT, rm.TRAINER_ARCHIVE_PATH} <= mounts
-    assert spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-1] == "ray stop"
+    # The synthesized worker saves its step before it goes (training.preemption), within its grace period.
+    assert spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == [
+        "python", "-m", "training.preemption", "--wait", "65"]
+    assert spec["terminationGracePeriodSeconds"] == 70
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
 
 

@@ -26,6 +26,8 @@ COMMON_ENV = [{"name": "PYTHONPATH", "value": "/opt/trainer/trainer.zip"}, {"nam
               {"name": "AWS_REGION", "value": "us-east-2"}, {"name": "AWS_DEFAULT_REGION", "value": "us-east-2"}]
 SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 PRE_STOP = {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}}
+# The worker's hook waits for the trainer's committed save up to 5 s before the grace period (120 s here) ends.
+WORKER_PRE_STOP = {"preStop": {"exec": {"command": ["python", "-m", "training.preemption", "--wait", "115"]}}}
 TRAINER_MOUNT = {"name": "trainer", "mountPath": "/opt/trainer/trainer.zip", "subPath": "trainer.zip", "readOnly": True}
 TRAINER_VOLUME = {"name": "trainer", "configMap": {"name": "job-1-trainer", "items": [{"key": "trainer.zip", "path": "trainer.zip"}]}}
 
@@ -93,6 +95,7 @@ def test_worker_pod_in_full():
     resources = {"cpu": "40", "memory": "160Gi", "nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "1"}
     assert pod == {
         "serviceAccountName": "ray", "automountServiceAccountToken": False, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": 120,
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
         "containers": [{
@@ -102,7 +105,7 @@ def test_worker_pod_in_full():
                                  {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "volumeMounts": [TRAINER_MOUNT, {"name": "dshm", "mountPath": "/dev/shm"},
                              {"name": "model-cache", "mountPath": "/mnt/model-cache"}],
-            "securityContext": SECURITY, "lifecycle": PRE_STOP}],
+            "securityContext": SECURITY, "lifecycle": WORKER_PRE_STOP}],
         "volumes": [
             TRAINER_VOLUME,
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}},
@@ -341,3 +344,24 @@ def test_pods_pull_from_the_cache_and_the_jobs_name_does_not_hold_its_deploy_tim
             manifest["spec"]["submitterPodTemplate"]]
     images = {(p["template"]["spec"] if "template" in p else p["spec"])["containers"][0]["image"] for p in pods}
     assert images == {"111122223333.dkr.ecr.us-east-2.amazonaws.com/ecr-public/x:1"}
+
+
+def test_the_default_grace_period_covers_a_drained_pods_step_and_save():
+    """The default run (planning/checkpoint_time.py): 34.7 s to save a step, plus 30 s, rounded up to 70 s; within a
+    spot interruption's 120 s. The head trains nothing and keeps `ray stop` and Kubernetes' default."""
+    cluster = pure_workload()["RayJob"]["spec"]["rayClusterSpec"]
+    worker = cluster["workerGroupSpecs"][0]["template"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] == 70
+    assert worker["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["--wait", "65"]
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert "terminationGracePeriodSeconds" not in head and head["containers"][0]["lifecycle"] == PRE_STOP
+
+
+def test_the_worker_prestop_hook_runs_a_module_the_trainer_archive_ships():
+    """The hook runs `python -m training.preemption` from the pods' PYTHONPATH, the trainer archive: the module must
+    be among the files the ConfigMap carries (the trainer's imports, cdk_constructs.ray_manifests.trainer_files)."""
+    from cdk_constructs.training_workload import TRAINER_PACKAGE
+
+    command = rm.pre_stop_command(spec(), worker=True)
+    module = command[command.index("-m") + 1]
+    assert f"{module.replace('.', '/')}.py" in rm.trainer_files(TRAINER_PACKAGE)

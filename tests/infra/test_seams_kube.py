@@ -97,3 +97,28 @@ def test_the_template_check_reads_every_manifest_and_names_its_resource():
 def test_the_synthesized_objects_stay_within_the_api_servers_limits(template):
     """Issue 30 defect 3 (fixed): the trainer ConfigMap ships as one zip, far below 262,144 bytes stored."""
     assert kube.problems(Resolver(template.to_json(), "us-east-2")) == []
+
+
+def _ray_job(grace: int | None, wait: str) -> dict:
+    pod = {"containers": [{"name": "ray-worker", "lifecycle": {"preStop": {"exec": {"command": [
+        "python", "-m", "training.preemption", "--wait", wait]}}}}]}
+    if grace is not None:
+        pod["terminationGracePeriodSeconds"] = grace
+    return {"kind": "RayJob", "metadata": {"name": "job"}, "spec": {"rayClusterSpec": {
+        "headGroupSpec": {"template": {"spec": {"containers": []}}},
+        "workerGroupSpecs": [{"groupName": "gpu", "template": {"spec": pod}}]}}}
+
+
+def test_a_prestop_wait_that_outlasts_the_grace_period_is_refused():
+    assert kube.hook_problems(_ray_job(60, "60")) == [
+        "Kubernetes: RayJob job: group gpu: the preStop hook waits 60 s, not less than the pod's "
+        "terminationGracePeriodSeconds 60: the kubelet kills it first"]
+
+
+def test_without_a_grace_period_the_kubelets_30_s_count():
+    assert kube.hook_problems(_ray_job(None, "45")) != []
+    assert kube.hook_problems(_ray_job(None, "25")) == []
+
+
+def test_a_prestop_wait_inside_the_grace_period_passes():
+    assert kube.hook_problems(_ray_job(70, "65")) == []

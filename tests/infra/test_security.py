@@ -322,20 +322,21 @@ def _ray_role_actions(template, objects: bool) -> set[str]:
     return actions
 
 
-def test_the_ray_role_may_delete_the_checkpoints_ray_train_retires(template):
-    """The trainer keeps 2 checkpoints (train.py: CheckpointConfig(num_to_keep=2)). Ray Train 2.58 deletes
-    older ones itself (ray/train/v2/_internal/execution/checkpoint/checkpoint_manager.py: delete_fs_path,
-    storage.py: fs.delete_dir), i.e. S3 DeleteObject(s) through pyarrow; it only logs a refusal, so without
-    the permission every checkpoint would stay in the bucket, billed, unnoticed. Writing needs PutObject and
-    the multipart calls of large shards; resuming needs GetObject."""
+def test_the_ray_role_may_delete_the_checkpoints_the_trainer_retires(template):
+    """The trainer keeps 2 committed checkpoints (training/checkpoint.py: KEEP) and deletes older ones and the
+    partial ones they supersede itself (retire -> storage.remove_folder: pyarrow's delete_dir, S3 DeleteObject(s)),
+    as Ray Train's num_to_keep did before; without the permission every checkpoint would stay in the bucket,
+    billed. Writing needs PutObject and the multipart calls of large shards; resuming needs GetObject."""
     assert {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"} <= _ray_role_actions(template, True)
-    from training import train
+    import inspect
 
-    assert "CheckpointConfig(num_to_keep=2)" in __import__("inspect").getsource(train.fit)
+    from training import checkpoint
+
+    assert checkpoint.KEEP == 2 and "remove_folder(" in inspect.getsource(checkpoint.retire)
 
 
 def test_the_ray_role_may_list_the_run_folder(template):
-    """Resuming lists the run's checkpoint folders (storage.complete_checkpoints, Ray Train's own state): pyarrow's
+    """Resuming lists the run's checkpoint folders (storage.scan_checkpoints, Ray Train's own state): pyarrow's
     FileSelector is S3 ListObjectsV2, which IAM authorises as s3:ListBucket on the bucket (Amazon S3 API
     Reference, ListObjectsV2, "Permissions"); without it S3 also answers 403 instead of 404 for a missing key."""
     assert "s3:ListBucket" in _ray_role_actions(template, False)

@@ -403,6 +403,8 @@ EDGES_ACCEPTED = [
     {"training.ray_version": "2.52.0"}, {"training.hf_token_secret": "a"}, {"training.hf_token_secret": "hf-token.v2"},
     {"training.image": "public.ecr.aws/org/ray@sha256:" + "0" * 64},
     {"training.image": "docker.io/rayproject/ray:2.58.0", "image_pull_through_cache": False},
+    # The default run needs 34.7 s to save a drained pod's step (planning/checkpoint_time.py).
+    {"training.termination_grace_period_seconds": 35}, {"training.termination_grace_period_seconds": 3600},
 ]
 
 
@@ -427,6 +429,9 @@ def test_the_ends_of_every_range_are_accepted(overrides):
     ({"training.ttl_seconds_after_finished": 86401},
      r"^training.ttl_seconds_after_finished: 86401 must be between 0 and 86400 \(the finished job's cluster"),
     ({"training.rerun": 1000}, r"^training.rerun: 1000 must be between 0 and 999$"),
+    ({"training.termination_grace_period_seconds": 3601},
+     r"^training.termination_grace_period_seconds: 3601 must be between 1 and 3600$"),
+    ({"training.termination_grace_period_seconds": 0}, r"^training.termination_grace_period_seconds: 0 must be between 1"),
     ({"gpu_scale_down_delay_minutes": 0}, r"^gpu_scale_down_delay_minutes: 0 must be between 1 and 1440$"),
     ({"gpu_scale_to_zero": "maybe"}, r"^gpu_scale_to_zero: expected true or false, got 'maybe'$"),
     ({"training.ray_version": "2.51.9"}, r"^training.ray_version: '2.51.9' must be the image's Ray version, 2.52.0 or later "
@@ -439,6 +444,15 @@ def test_the_ends_of_every_range_are_accepted(overrides):
 def test_just_past_the_ends_is_refused_with_the_exact_line(overrides, message):
     with pytest.raises(SettingsError, match=message):
         settings_from_context(base_context() | overrides)
+
+
+def test_a_grace_period_shorter_than_a_drained_pods_save_is_refused():
+    """The default run: one 2.1 s step, then 9.8 GB a node written (2.9 s) and uploaded (28.7 s) and committed (1 s):
+    34.7 s; 34 would kill the pod before its checkpoint is committed."""
+    with pytest.raises(SettingsError, match=r"^training.termination_grace_period_seconds: 34 is below the 35 s a drained "
+                       r"pod needs to save its step \(one step, then 9.8 GB a node written and uploaded; "
+                       r"planning/checkpoint_time.py\): give at least 35, or null for the default$"):
+        settings_from_context(base_context() | {"training.termination_grace_period_seconds": 34})
 
 
 def test_a_trainer_refusal_names_the_setting_it_comes_from():

@@ -53,6 +53,7 @@ CHANGED = {
     "training.ttl_seconds_after_finished": "600",
     "training.rerun": "2",
     "training.checkpoint_bucket_auto_delete": "true",
+    "training.termination_grace_period_seconds": "150",
 }
 # What `make preflight` caches in cdk.context.json and CDK hands the app as context (stacks/lookups.py): auto's
 # zones (us-west-2d first, which the VPC lacks), the offering, and the spot prices.
@@ -274,3 +275,12 @@ def test_checkpoint_bucket_auto_delete_deletes_the_bucket_and_its_objects(change
     bucket = only(changed, "AWS::S3::Bucket")
     assert bucket["DeletionPolicy"] == "Delete"
     assert len(resources_of(changed, "Custom::S3AutoDeleteObjects")) == 1
+
+
+def test_termination_grace_period_is_the_worker_pods_and_bounds_their_prestop_wait(ray_job):
+    """The GPU worker pods' terminationGracePeriodSeconds, which the kubelet counts the preStop hook against; the
+    hook gives up 5 s before it (training.preemption.HOOK_MARGIN_S)."""
+    pod = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 150
+    assert pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == [
+        "python", "-m", "training.preemption", "--wait", "145"]

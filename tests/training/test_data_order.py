@@ -95,7 +95,7 @@ def test_batches_stay_on_the_host_inside_a_train_worker(shard, monkeypatch):
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("meta"))
     assert next(iter(shard.iter_torch_batches(batch_size=1)))["id"].device.type == "meta"  # the default, to undo
     assert next(dataset_batches(shard, micro_batch=1))["id"].device.type == "cpu"
-    assert dataset_pass(shard, micro_batch=1, limit=1)[0][0]["id"].device.type == "cpu"  # validation's
+    assert dataset_pass(shard, micro_batch=1, blocks=1)[0][0]["id"].device.type == "cpu"  # validation's
 
 
 def test_each_epoch_has_its_own_order_of_every_block(shard):
@@ -133,14 +133,15 @@ def one_rank_group(tmp_path):
 
 
 def validation_with(monkeypatch, rows: int, micro_batch: int, eval_batches: int) -> list[dict]:
-    from training.train import validation_batches
+    """One worker's validation, on the blocks a first attempt of one worker sets (eval_batches x micro_batch)."""
+    from training.validation_set import validation_batches
 
     shard = ray.data.from_items([{"input_ids": np.full(8, i), "labels": np.full(8, i), "position_ids": np.arange(8),
                                   "real_tokens": 8} for i in range(rows)]).iterator()
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
     cfg = TrainConfig(model="folder", data="data.jsonl", val_fraction=0.1, micro_batch=micro_batch,
                       eval_batches=eval_batches, seq_len=8)
-    return validation_batches(cfg, 512, 0, 1, torch.device("cpu"))[0]
+    return validation_batches(cfg, 512, 0, 1, torch.device("cpu"), eval_batches * micro_batch)[0]
 
 
 def test_validation_counts_every_block_once(monkeypatch, one_rank_group):
@@ -157,6 +158,19 @@ def test_a_validation_shard_smaller_than_a_micro_batch_is_evaluated(monkeypatch,
 def test_eval_batches_caps_the_pass(monkeypatch, one_rank_group):
     held = validation_with(monkeypatch, rows=50, micro_batch=2, eval_batches=4)
     assert [int(row[0]) for batch in held for row in batch["input_ids"]] == list(range(8))
+
+
+def test_the_first_attempt_fixes_the_validation_blocks_for_every_later_one(tmp_path):
+    """--eval-batches 4 on 2 workers of 4 rows: 32 blocks, stored with the run; a resumed attempt on 1 worker of 2
+    rows (which alone would take 8) reads the run's 32."""
+    from training.validation_set import VALIDATION_FILE, fixed_blocks
+
+    run = str(tmp_path / "run")
+    assert fixed_blocks(run, eval_batches=4, world=2, micro_batch=4) == (
+        32, "--eval-batches 4 x 2 workers x --micro-batch 4")
+    assert fixed_blocks(run, eval_batches=4, world=1, micro_batch=2) == (
+        32, "as the run's first attempt set them (--eval-batches 4 x 2 workers x --micro-batch 4)")
+    assert json.loads((tmp_path / "run" / VALIDATION_FILE).read_text())["blocks"] == 32
 
 
 def test_an_empty_validation_split_is_refused(monkeypatch, one_rank_group):

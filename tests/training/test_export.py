@@ -28,6 +28,8 @@ PROBE = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 300, 2]])
 GENERATION = {"do_sample": True, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05,
               "eos_token_id": [1, 2], "pad_token_id": 0}
 STEPS = 2
+ATTEMPT = "a"
+CHECKPOINT = f"checkpoint_{STEPS:08d}_{ATTEMPT}"  # training.checkpoint.checkpoint_folder_name
 
 
 def _free_port() -> int:
@@ -53,12 +55,9 @@ def _train_and_export(rank: int, world: int, port: int, model: str, run: str, li
     for _ in range(STEPS):
         train_step(net, optimizer, batches, grad_accum=1, grad_clip=1.0, lr=1e-2, device=device)
 
-    def into_run(step: int, folder: str, final: bool) -> None:
-        # What Ray Train does with each worker's folder: one checkpoint directory of the run.
-        shutil.copytree(folder, f"{run}/checkpoint_{step:06d}", dirs_exist_ok=True)
-
-    ckpt.Checkpoints(False, rank, into_run, print, settings=dataclasses.asdict(cfg)).save(
-        net, optimizer, STEPS, STEPS, final=True)
+    # Each worker uploads its folder into the run's checkpoint folder; rank 0 commits it.
+    ckpt.Checkpoints(False, rank, world, run, ATTEMPT, print, settings=dataclasses.asdict(cfg)).save(
+        net, optimizer, STEPS, STEPS, wait=True)
     export_live(net, cfg, live, rank)
     net.unshard()  # the root's embedding and head, gathered for a plain forward of the wrapped model
     with torch.no_grad():
@@ -145,7 +144,7 @@ def test_a_missing_step_names_the_steps_that_exist(exported, capsys):
 
 
 def test_a_checkpoint_without_its_settings_is_refused(exported, tmp_path, capsys):
-    shutil.copytree(exported / "run" / f"checkpoint_{STEPS:06d}", tmp_path / "run" / "checkpoint_1")
+    shutil.copytree(exported / "run" / CHECKPOINT, tmp_path / "run" / "checkpoint_1")
     (tmp_path / "run" / "checkpoint_1" / "settings.json").unlink()
     assert main([str(tmp_path / "run")]) == 2
     assert "has no settings.json" in capsys.readouterr().err
@@ -228,7 +227,7 @@ def several_checkpoints(exported, tmp_path_factory):
     """Checkpoints of steps 2, 10 and 6, listed in that order (a run resumed from an earlier one), then one of
     step 12 whose upload never finished (a shard missing): the newest complete one is step 10, not the last listed."""
     tmp = tmp_path_factory.mktemp("several")
-    source = exported / "run" / f"checkpoint_{STEPS:06d}"
+    source = exported / "run" / CHECKPOINT
     for index, step in enumerate((2, 10, 6, 12)):
         folder = tmp / "run" / f"checkpoint_{index:06d}"
         shutil.copytree(source, folder)

@@ -21,9 +21,16 @@ class FakeClock:
         return self.now
 
 
-def fake_watchdog(bound_s: float = 60.0):
+def fake_watchdog(bound_s: float | None = 60.0, log=None):
     clock, fired = FakeClock(), []
-    return watchdog.Watchdog(bound_s, fired.append, clock=clock), clock, fired
+    return watchdog.Watchdog(bound_s, fired.append, clock=clock, log=log), clock, fired
+
+
+def steps_of(dog, clock, seconds: list[float], first: int = 1) -> None:
+    """Steps first, first + 1, ... each taking the given seconds after the one before."""
+    for step, took in enumerate(seconds, start=first):
+        clock.now += took
+        dog.step_done(step)
 
 
 def test_the_bound_is_ten_planned_steps_or_the_60_s_floor():
@@ -89,6 +96,56 @@ def test_the_first_step_keeps_its_1800_s_after_its_data_arrives():
     assert list(dog.waited(["batch"])) == ["batch"]
     clock.now += 1700  # compilation and NCCL's first collectives
     assert not dog.check()
+
+
+def test_without_a_prediction_healthy_90_s_steps_are_not_a_hang():
+    """A run no planner sized (started by hand, or a model of unknown shape), whose steps take 90 s: the first step
+    (compilation, 300 s) is not timed; steps 2-4 take 90, 95 and 92 s, so the bound is 10 x 95 = 950 s, and the
+    fifth step's 100 s passes. A flat 60 s floor killed step 2 of such a run on every retry."""
+    lines = []
+    dog, clock, fired = fake_watchdog(None, log=lines.append)
+    steps_of(dog, clock, [300, 90, 95, 92])
+    assert dog.bound_s == 950.0
+    clock.now += 100
+    assert not dog.check()
+    assert lines == [f"{watchdog.LINE_PREFIX} no planned step time: bound 950 s per step, the larger of 60 s and 10 x "
+                     "the slowest of steps 2-4"]
+
+
+def test_without_a_prediction_the_steps_before_the_bound_is_measured_get_1800_s():
+    dog, clock, fired = fake_watchdog(None)
+    steps_of(dog, clock, [300, 90])
+    clock.now += 1700
+    assert not dog.check()
+    clock.now += 101
+    assert dog.check() and fired == ["no progress for 1801 s waiting for step 3 (bound 1800 s)"]
+
+
+def test_without_a_prediction_a_hang_after_fast_steps_fires_at_the_60_s_floor():
+    """Steps of 0.5 s: 10 x 0.5 = 5 s is under the floor, so the bound is 60 s."""
+    dog, clock, fired = fake_watchdog(None)
+    steps_of(dog, clock, [20, 0.5, 0.5, 0.5])
+    clock.now += 61
+    assert dog.check() and fired == ["no progress for 61 s waiting for step 5 (bound 60 s)"]
+
+
+def test_a_bound_that_is_set_wins_over_the_prediction(tmp_path, monkeypatch):
+    """--watchdog-step-seconds 300 with a predicted 2 s step (which would give 60 s): 300 s."""
+    monkeypatch.delenv(watchdog.FLOOR_ENV, raising=False)
+    dog = watchdog.for_run(str(tmp_path), "a", 0, predicted_step_s=2.0, bound_s=300.0)
+    dog.stop()
+    assert dog.bound_s == 300.0
+    predicted = watchdog.for_run(str(tmp_path), "a", 0, predicted_step_s=2.0)
+    predicted.stop()
+    assert predicted.bound_s == 60.0
+
+
+def test_a_hang_lets_the_save_in_flight_finish_before_the_process_ends(tmp_path):
+    """dump_and_exit runs before_exit (Checkpoints.finish in a run) after the dump and before the exit."""
+    order = []
+    watchdog.dump_and_exit(str(tmp_path / "dumps"), 0, "no progress", exit=lambda code: order.append(("exit", code)),
+                           grace_s=0, before_exit=lambda: order.append(("finish", (tmp_path / "dumps").exists())))
+    assert order == [("finish", True), ("exit", watchdog.EXIT_CODE)]
 
 
 def test_it_fires_once():

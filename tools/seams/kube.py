@@ -14,6 +14,11 @@ k8s.io/kubernetes at v1.36:
   Namespace or a Service (apimachinery util/validation IsDNS1123Subdomain / IsDNS1123Label);
 - labels: key an optional DNS-1123 subdomain prefix (at most 253) and a name of at most 63, value at
   most 63, both [A-Za-z0-9] at the ends and [-A-Za-z0-9_.] inside (IsQualifiedName / IsValidLabelValue).
+And the kubelet's, for the pods KubeRay makes from a RayJob: a preStop hook runs within the pod's
+terminationGracePeriodSeconds (30 when unset, core/v1 types.go DefaultTerminationGracePeriodSeconds); one still
+running when it ends gets a single 2 s extension and is then killed with the container (pkg/kubelet/kuberuntime
+kuberuntime_container.go killContainer, minimumGracePeriodInSeconds). The worker's hook waits `--wait` seconds for
+the trainer's save (training.preemption), so that wait must end before the grace period does.
 """
 
 from __future__ import annotations
@@ -117,10 +122,33 @@ def object_problems(obj: dict, applied: bool = True) -> list[str]:
     return [f"Kubernetes: {where}: {p}" for p in found]
 
 
+DEFAULT_GRACE_S = 30
+
+
+def hook_problems(obj: dict) -> list[str]:
+    """A RayJob's pod templates whose preStop hook waits (`--wait N`) as long as the grace period or longer: the
+    kubelet kills the hook before it can report, and the container before its save is committed."""
+    if obj.get("kind") != "RayJob":
+        return []
+    cluster = obj.get("spec", {}).get("rayClusterSpec", {})
+    groups = [("head", cluster.get("headGroupSpec", {}))] + [(g.get("groupName", "?"), g) for g in cluster.get("workerGroupSpecs", [])]
+    found = []
+    for name, group in groups:
+        pod = group.get("template", {}).get("spec", {})
+        grace = pod.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+        for container in pod.get("containers", []):
+            command = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+            if "--wait" in command and float(command[command.index("--wait") + 1]) >= grace:
+                found.append(f"Kubernetes: RayJob {obj['metadata'].get('name', '?')}: group {name}: the preStop hook "
+                             f"waits {command[command.index('--wait') + 1]} s, not less than the pod's "
+                             f"terminationGracePeriodSeconds {grace}: the kubelet kills it first")
+    return found
+
+
 def problems(r: Resolver) -> list[str]:
     found = []
     for lid, obj, _overwrite in manifests(r):
         # apply (Overwrite) and create --save-config both store last-applied-configuration.
-        found += [f"{p} ({lid})" for p in object_problems(obj, applied=True)]
+        found += [f"{p} ({lid})" for p in object_problems(obj, applied=True) + hook_problems(obj)]
     return found
 

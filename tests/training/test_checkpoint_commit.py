@@ -1,0 +1,144 @@
+"""Checkpoints count once committed (training.checkpoint, training.storage): the commit marker is written last,
+after every rank's files are in storage; a checkpoint without it is passed over at the next start, named with
+what it lacks; retiring keeps the newest two. Hand-built folders, so each file's presence is known."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from training import checkpoint as ckpt
+from training.storage import COMMIT, COMMIT_PROTOCOL, complete_checkpoints, missing_files, scan_checkpoints, _filesystem
+
+
+def _metadata(names: list[str]) -> bytes:
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+
+    return pickle.dumps(Metadata(state_dict_metadata={}, storage_data={
+        MetadataIndex(f"item{i}"): _StorageInfo(name, 0, 64) for i, name in enumerate(names)}))
+
+
+def _write(folder: Path, step: int, without: tuple[str, ...] = (), committed: bool = True, protocol: bool = True) -> Path:
+    """A two-rank checkpoint: each rank's 64-byte shard and random state, rank 0's metadata and train state."""
+    state = {"step": step, "data_position": step} | ({"world": 2, "protocol": COMMIT_PROTOCOL} if protocol else {})
+    files = {".metadata": _metadata(["__0_0.distcp", "__1_0.distcp"]), "__0_0.distcp": bytes(64),
+             "__1_0.distcp": bytes(64), "rng-rank0.pt": b"r0", "rng-rank1.pt": b"r1",
+             "train_state.json": json.dumps(state).encode()}
+    if committed and protocol:
+        files[COMMIT] = b"{}"
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        if name not in without:
+            (folder / name).write_bytes(data)
+    return folder
+
+
+def test_a_committed_checkpoint_is_complete(tmp_path):
+    _write(tmp_path / "run" / "checkpoint_00000010_a", 10)
+    assert complete_checkpoints(str(tmp_path / "run")) == [(10, f"{tmp_path}/run/checkpoint_00000010_a")]
+
+
+def test_every_file_there_but_no_commit_marker_is_a_save_cut_off(tmp_path):
+    """Both ranks uploaded; the stop came before rank 0 wrote the marker: nothing proves the files are the save's
+    whole, so it is passed over, and the line says so."""
+    _write(tmp_path / "run" / "checkpoint_00000010_a", 10, committed=False)
+    [found] = scan_checkpoints(str(tmp_path / "run"))
+    assert (found.complete, found.step) == (False, 10)
+    assert found.why == "no commit marker: every file is there, but the save stopped before its commit"
+
+
+@pytest.mark.parametrize("lost, why", [
+    ("__1_0.distcp", "no commit marker: __1_0.distcp missing"),
+    ("rng-rank1.pt", "no commit marker: rng-rank1.pt missing (rank 1's random state)"),
+    (".metadata", "no commit marker: no .metadata (DCP's index, written by rank 0)"),
+])
+def test_a_partial_save_is_named_with_what_it_lacks(tmp_path, lost, why):
+    _write(tmp_path / "run" / "checkpoint_00000010_a", 10, without=(lost,), committed=False)
+    [found] = scan_checkpoints(str(tmp_path / "run"))
+    assert not found.complete and found.why == why
+
+
+def test_a_marker_does_not_cover_a_file_lost_since(tmp_path):
+    _write(tmp_path / "run" / "checkpoint_00000010_a", 10, without=("__1_0.distcp",))
+    [found] = scan_checkpoints(str(tmp_path / "run"))
+    assert not found.complete and found.why == "committed, but __1_0.distcp missing since"
+
+
+def test_a_checkpoint_written_before_commit_markers_still_resumes_when_whole(tmp_path):
+    """Checkpoints of the trainer before the commit protocol have no marker and no world size: every rank's
+    shards, verified against DCP's metadata, are enough (what storage.checkpoint_complete required then)."""
+    _write(tmp_path / "run" / "checkpoint_2026-12-01_10-00-00.000000", 10, protocol=False)
+    _write(tmp_path / "run" / "checkpoint_2026-12-01_10-05-00.000000", 20, protocol=False, without=("__1_0.distcp",))
+    found = scan_checkpoints(str(tmp_path / "run"))
+    assert [(f.step, f.complete, f.why) for f in found] == [
+        (10, True, "written before commit markers; every rank's shards verified"), (20, False, "__1_0.distcp missing")]
+
+
+def test_the_resume_takes_the_newest_committed_and_names_the_newer_partial_one(tmp_path):
+    run = tmp_path / "run"
+    _write(run / "checkpoint_00000010_a", 10)
+    _write(run / "checkpoint_00000020_a", 20, without=("__1_0.distcp",), committed=False)
+    chosen, lines = ckpt.resume_choice(str(run))
+    assert chosen == f"{run}/checkpoint_00000010_a"
+    assert lines == [f"resume: passed over {run}/checkpoint_00000020_a (step 20): no commit marker: __1_0.distcp missing",
+                     f"resume: step 10, the newest complete checkpoint (committed): {run}/checkpoint_00000010_a"]
+
+
+def test_nothing_committed_starts_from_step_0_and_says_so(tmp_path):
+    _write(tmp_path / "run" / "checkpoint_00000010_a", 10, committed=False)
+    chosen, lines = ckpt.resume_choice(str(tmp_path / "run"))
+    assert chosen is None and lines[-1] == "resume: no complete checkpoint; training starts from step 0"
+    assert ckpt.newest_line(str(tmp_path / "run")) == "no checkpoint is committed: a retry or a rerun starts from step 0"
+
+
+def test_the_commit_waits_for_the_last_ranks_files_then_writes_the_marker(tmp_path, monkeypatch):
+    """Rank 1's shard arrives 0.3 s after rank 0 starts to commit: the marker comes after it, not before."""
+    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.05)
+    folder = _write(tmp_path / "checkpoint_00000010_a", 10, without=("__1_0.distcp",), committed=False)
+    arrived = []
+
+    def late_upload() -> None:
+        time.sleep(0.3)
+        (folder / "__1_0.distcp").write_bytes(bytes(64))
+        arrived.append(time.monotonic())
+
+    threading.Thread(target=late_upload).start()
+    ckpt.commit(str(folder), world=2, timeout_s=10)
+    assert (folder / COMMIT).exists() and arrived
+    assert (folder / COMMIT).stat().st_mtime >= (folder / "__1_0.distcp").stat().st_mtime
+
+
+def test_a_commit_whose_files_never_arrive_names_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.05)
+    folder = _write(tmp_path / "checkpoint_00000010_a", 10, without=("rng-rank1.pt",), committed=False)
+    with pytest.raises(TimeoutError, match=r"not committed: rng-rank1.pt missing \(rank 1's random state\) after 0.2 s"):
+        ckpt.commit(str(folder), world=2, timeout_s=0.2)
+    assert not (folder / COMMIT).exists()
+
+
+def test_the_world_size_decides_whose_random_state_is_needed(tmp_path):
+    folder = _write(tmp_path / "c", 10, without=("rng-rank1.pt",))
+    fs, path = _filesystem(str(folder))
+    assert missing_files(fs, path, world=1) is None
+    assert missing_files(fs, path, world=2) == "rng-rank1.pt missing (rank 1's random state)"
+
+
+def test_retiring_keeps_the_newest_two_and_what_may_still_be_arriving(tmp_path):
+    """Committed 10, 20, 30; partial 25 (cut off: never usable, 30 is newer and whole) and 40 (rank 1 may still be
+    uploading it); a folder without train state yet (its rank 0 files not there). 10 and 25 go."""
+    run = tmp_path / "run"
+    for step in (10, 20, 30):
+        _write(run / f"checkpoint_{step:08d}_a", step)
+    _write(run / "checkpoint_00000025_a", 25, committed=False, without=("__1_0.distcp",))
+    _write(run / "checkpoint_00000040_a", 40, committed=False, without=("__1_0.distcp",))
+    _write(run / "checkpoint_00000050_a", 50, committed=False, without=("train_state.json", ".metadata"))
+    gone = ckpt.retire(str(run))
+    assert sorted(gone) == [f"{run}/checkpoint_00000010_a", f"{run}/checkpoint_00000025_a"]
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint_00000020_a", "checkpoint_00000030_a",
+                                                     "checkpoint_00000040_a", "checkpoint_00000050_a"]
