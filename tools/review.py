@@ -199,7 +199,7 @@ def training_stop_line(template: dict) -> str | None:
     found = _job_plan(template)
     if found is None:
         return None
-    model, work, cluster, chosen, _ = found
+    model, work, cluster, chosen = found[:4]
     estimate = stop_estimate(model, work.lora_rank, cluster, chosen.step_s)
     pod = _manifests(template, "RayJob")[0]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     return f"stop: {estimate.line()}; the worker pods get {pod.get('terminationGracePeriodSeconds', 30)} s"
