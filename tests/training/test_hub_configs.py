@@ -132,3 +132,25 @@ def test_hidden_and_special_folders_are_read_only_when_the_pattern_names_them():
 def test_a_double_star_inside_a_name_is_refused_as_fsspec_refuses_it():
     with pytest.raises(DataError, match=r"^--data: the dataset card's pattern 'data/\*\*\.parquet' has '\*\*' inside"):
         hub_data_files(GLOB_FILES, card_with("data/**.parquet"), "train")
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    # datasets' data_files.py FILES_TO_IGNORE: config.json, dataset_info.json, dataset_infos.json and
+    # dataset_dict.json (with README.md and dummy_data.zip) are skipped unless the pattern's last component is that
+    # very name; a glob that matches them does not take them.
+    ("**", ["data/train.json"]),
+    ("data/*.json", ["data/train.json"]),
+    ("data/config.json", ["data/config.json"]),
+    ("data/dataset_info.json", ["data/dataset_info.json"]),
+])
+def test_metadata_files_are_not_data_unless_the_pattern_names_them(pattern, expected):
+    files = ["data/train.json", "data/config.json", "data/dataset_info.json", "data/dataset_infos.json",
+             "data/dataset_dict.json"]
+    assert hub_data_files(files, card_with(pattern), "train") == expected
+
+
+def test_a_saved_datasets_metadata_is_not_read_as_a_split_without_a_card():
+    # A folder saved by datasets' save_to_disk holds dataset_dict.json and dataset_info.json beside its data.
+    files = ["train/data.json", "train/dataset_info.json", "dataset_dict.json"]
+    assert hub_data_files(files, None, "train") == ["train/data.json"]
+
