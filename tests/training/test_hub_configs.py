@@ -120,6 +120,15 @@ def test_patterns_pick_what_fsspecs_glob_picks(pattern, expected):
     assert hub_data_files(GLOB_FILES, card_with(pattern), "train") == sorted(expected)
 
 
+def test_a_question_mark_is_one_character_of_a_name_never_a_slash():
+    # fsspec's glob (what datasets' resolve_pattern uses): '?' is one character other than '/'.
+    from fsspec.utils import glob_translate
+
+    files = ["data/a-b.parquet", "data/a/b.parquet"]
+    assert [f for f in files if re.match(glob_translate("data/a?b.parquet"), f)] == ["data/a-b.parquet"]
+    assert hub_data_files(files, card_with("data/a?b.parquet"), "train") == ["data/a-b.parquet"]
+
+
 def test_hidden_and_special_folders_are_read_only_when_the_pattern_names_them():
     # datasets' resolve_pattern drops hidden files and folders (a name starting with '.') and folders starting
     # with '__' that the pattern does not name.
