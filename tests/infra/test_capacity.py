@@ -95,6 +95,14 @@ def test_spot_adds_its_interruptions_to_both_retries_and_other_capacity_adds_non
     assert (block.backoff_limit, trainer_options(block)["max_failures"]) == (1, 3)
 
 
+def test_spot_without_extra_retries_is_allowed():
+    # gpu_spot_interruptions: 0 to 20 (stacks/settings.py); 0 leaves spot with the on-demand retries.
+    from stacks.settings import trainer_options
+
+    spot = settings(gpu_capacity_type="spot", gpu_spot_interruptions=0)
+    assert (spot.backoff_limit, trainer_options(spot)["max_failures"]) == (1, 3)
+
+
 # ------------------------------------------------------------------ the price basis
 
 

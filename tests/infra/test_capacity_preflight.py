@@ -171,6 +171,19 @@ def test_without_placement_scores_spot_zones_rank_by_price():
     assert check.verdict == PASS
 
 
+def test_each_zones_price_is_its_newest_record_whatever_their_order():
+    # DescribeSpotPriceHistory may return a zone's earlier prices too: the one in effect is the newest.
+    ec2, stub = ec2_stub()
+    at = lambda hour: datetime(2026, 12, 1, hour, 0, tzinfo=timezone.utc)  # noqa: E731
+    records = [("us-east-2a", at(9), "1.900000"), ("us-east-2a", at(8), "2.100000"),  # newest first
+               ("us-east-2b", at(7), "1.600000"), ("us-east-2b", at(9), "1.400000")]  # oldest first
+    stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+        {"AvailabilityZone": zone, "InstanceType": "g6.12xlarge", "ProductDescription": "Linux/UNIX", "SpotPrice": price,
+         "Timestamp": when} for zone, when, price in records]}, None)
+    stub.activate()
+    assert capacity.spot_prices(ec2, "g6.12xlarge") == {"us-east-2a": 1.9, "us-east-2b": 1.4}
+
+
 def test_the_spot_price_line_compares_with_on_demand():
     cache = {"spot-price:us-east-2:g6.12xlarge": {"zones": {"us-east-2a": 1.38048}}}
     assert capacity.spot_price_check(settings("gpu_capacity_type=spot"), cache) == Check(
@@ -500,6 +513,16 @@ def test_a_block_that_starts_after_the_jobs_attempts_give_up_fails():
         "up (deploy from 2026-12-03 10:20 UTC)")
     soon = block_checks(3600, State="scheduled", StartDate=NOW + timedelta(minutes=30), EndDate=NOW + timedelta(days=1))
     assert [c.verdict for c in soon] == [PASS, PASS]
+
+
+def test_a_scheduled_blocks_job_is_counted_from_the_blocks_start():
+    """The block starts at 09:30 and ends at 11:00 (EKS scales down at 10:20): a 60 min job runs 09:30 to 10:30, past
+    it, though from now (09:00) it would end at 10:00."""
+    [_, check] = block_checks(3600, State="scheduled", StartDate=NOW + timedelta(minutes=30),
+                              EndDate=NOW + timedelta(hours=2))
+    assert check.verdict == WARN and check.reason.startswith("the job's predicted ~60 min from 09:30 end at 2026-12-03 "
+                                                             "10:30 UTC, after EKS scales the nodes to 0 at 2026-12-03 "
+                                                             "10:20 UTC")
 
 
 def test_an_expired_block_fails():
