@@ -73,6 +73,21 @@ def test_spot_is_checked_against_the_spot_quota_not_the_on_demand_one(aws):
     assert "--quota-code L-3819A6DF --desired-value 96" in check.fix
 
 
+def test_each_market_counts_only_its_own_instances_in_use(aws):
+    """EC2 User Guide, "Spot Instance quotas": running spot instances count against the spot quota, on-demand ones
+    against the on-demand quota. Here 3 x g5.xlarge on-demand (12 vCPU) and 1 x g5.2xlarge spot (8 vCPU) run."""
+    aws["L-3819A6DF"] = 96.0
+    quotas, ec2 = boto3.client("service-quotas", region_name="us-east-2"), boto3.client("ec2", region_name="us-east-2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    ec2.run_instances(ImageId=image, InstanceType="g5.xlarge", MinCount=3, MaxCount=3)
+    ec2.run_instances(ImageId=image, InstanceType="g5.2xlarge", MinCount=1, MaxCount=1,
+                      InstanceMarketOptions={"MarketType": "spot"})
+    spot = preflight.check_vcpu_quota(quotas, ec2, "g6.12xlarge", 2, "us-east-2", "GPU nodes", "spot")
+    on_demand = preflight.check_vcpu_quota(quotas, ec2, "g6.12xlarge", 2, "us-east-2", "GPU nodes")
+    assert spot.verdict == FAIL and "(L-3819A6DF) is 96, 8 in use, 88 free" in spot.reason
+    assert on_demand.verdict == FAIL and "(L-DB2E81BA) is 96, 12 in use, 84 free" in on_demand.reason
+
+
 @pytest.mark.parametrize(("instance_type", "market", "code", "name"), [
     # The Amazon EC2 documentation's "Amazon EC2 instance type quotas" tables: spot splits the P families.
     ("p5.48xlarge", "spot", "L-C4BD4855", "All P5 Spot Instance Requests"),
