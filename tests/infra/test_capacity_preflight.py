@@ -73,18 +73,25 @@ def test_spot_is_checked_against_the_spot_quota_not_the_on_demand_one(aws):
     assert "--quota-code L-3819A6DF --desired-value 96" in check.fix
 
 
-def test_each_market_counts_only_its_own_instances_in_use(aws):
+def test_each_market_counts_only_its_own_instances_in_use():
     """EC2 User Guide, "Spot Instance quotas": running spot instances count against the spot quota, on-demand ones
-    against the on-demand quota. Here 3 x g5.xlarge on-demand (12 vCPU) and 1 x g5.2xlarge spot (8 vCPU) run."""
-    aws["L-3819A6DF"] = 96.0
-    quotas, ec2 = boto3.client("service-quotas", region_name="us-east-2"), boto3.client("ec2", region_name="us-east-2")
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ec2.run_instances(ImageId=image, InstanceType="g5.xlarge", MinCount=3, MaxCount=3)
-    ec2.run_instances(ImageId=image, InstanceType="g5.2xlarge", MinCount=1, MaxCount=1,
-                      InstanceMarketOptions={"MarketType": "spot"})
+    against the on-demand quota. Here 3 x g4dn.xlarge on-demand (12 vCPU of G), 1 x g6.12xlarge spot (48 vCPU of G)
+    and 1 x m7i.2xlarge spot (a standard family, counted in neither G quota) run."""
+    running = [{"InstanceType": "g4dn.xlarge"}] * 3 + [{"InstanceType": kind, "InstanceLifecycle": "spot"}
+                                                        for kind in ("g6.12xlarge", "m7i.2xlarge")]
+    ec2, stub = ec2_stub()
+    quotas = boto3.client("service-quotas", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    quota_stub = Stubber(quotas)
+    for code in ("L-3819A6DF", "L-DB2E81BA"):  # G and VT: spot, then on-demand
+        quota_stub.add_response("get_service_quota", {"Quota": {"QuotaCode": code, "Value": 96.0}},
+                                {"ServiceCode": "ec2", "QuotaCode": code})
+        stub.add_response("describe_instances", {"Reservations": [{"Instances": running}]},
+                          {"Filters": [{"Name": "instance-state-name", "Values": ["pending", "running"]}]})
+    stub.activate()
+    quota_stub.activate()
     spot = preflight.check_vcpu_quota(quotas, ec2, "g6.12xlarge", 2, "us-east-2", "GPU nodes", "spot")
     on_demand = preflight.check_vcpu_quota(quotas, ec2, "g6.12xlarge", 2, "us-east-2", "GPU nodes")
-    assert spot.verdict == FAIL and "(L-3819A6DF) is 96, 8 in use, 88 free" in spot.reason
+    assert spot.verdict == FAIL and "(L-3819A6DF) is 96, 48 in use, 48 free" in spot.reason
     assert on_demand.verdict == FAIL and "(L-DB2E81BA) is 96, 12 in use, 84 free" in on_demand.reason
 
 
