@@ -47,15 +47,19 @@ diff: $(VENV)/.synth-deps node_modules/.installed
 
 # Capacity, quota, EFA, reservation and version checks with your AWS credentials (read-only), caching the zones,
 # offerings and spot prices for synth in cdk.context.json. PROBE=1 also probes on-demand capacity zone by zone: a
-# 1-instance capacity reservation made and cancelled at once (it says what that may cost first).
+# capacity reservation of gpu_node_count instances made and cancelled at once (it says what that may cost first;
+# it needs ec2:CreateCapacityReservation, ec2:CancelCapacityReservation and ec2:CreateTags). The zones ranked for
+# gpu_availability_zone=auto are cached once and kept (a zone that moves replaces the GPU node group); REFRESH=1
+# ranks them again (also for deploy).
 PROBE ?=
+REFRESH ?=
 preflight: $(VENV)/.synth-deps node_modules/.installed
-	$(PY) -m tools.preflight $(if $(PROBE),--probe) $(CDK_ARGS)
+	$(PY) -m tools.preflight $(if $(PROBE),--probe) $(CDK_ARGS)$(if $(REFRESH), --refresh)
 
 # Preflight, deploy (you get cluster access unless admin_principal_arn is set), then follow the
 # job from the GPU nodes' scale-up to their return to zero, and end with what still bills.
 deploy: $(VENV)/.synth-deps node_modules/.installed
-	$(PY) -m tools.deploy --cdk $(CDK) $(CDK_ARGS)
+	$(PY) -m tools.deploy --cdk $(CDK) $(CDK_ARGS)$(if $(REFRESH), --refresh)
 
 # Follow a stack already deployed: the job's whole life, then what still bills.
 watch: $(VENV)/.synth-deps node_modules/.installed

@@ -23,17 +23,25 @@ EKS_CONTROL_PLANE_USD_PER_HOUR = 0.10
 INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
 """An interface VPC endpoint, per AZ it is in, per hour (AWS PrivateLink pricing, us-east-2)."""
 
-# On-Demand vCPU quota codes by instance family letter ("Running On-Demand ... instances").
-VCPU_QUOTA_CODES = {"g": "L-DB2E81BA", "p": "L-417A185B", "standard": "L-1216C47A"}
-# Spot vCPU quota codes by the same classes ("All G and VT Spot Instance Requests", "All P ...", "All Standard ...").
-SPOT_VCPU_QUOTA_CODES = {"g": "L-3819A6DF", "p": "L-7212CCBC", "standard": "L-34B43A08"}
+# vCPU quotas (Service Quotas, service ec2) by quota class: (code, name), as the Amazon EC2 documentation's
+# "Amazon EC2 instance type quotas" tables name them. On-Demand: all P families share one quota.
+VCPU_QUOTAS = {"g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+               "p": ("L-417A185B", "Running On-Demand P instances"),
+               "standard": ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances")}
+# Spot splits P: P2, P3 and P4 share one quota, P5 (p5, p5e, p5en) has its own. The codes are those of the same
+# table's console links; P6 is in neither name, so its quota is not known here (None: preflight says so).
+SPOT_VCPU_QUOTAS = {"g": ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+                    "p2-p4": ("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests"),
+                    "p5": ("L-C4BD4855", "All P5 Spot Instance Requests"),
+                    "standard": ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests")}
 
 
-def vcpu_quota_class(instance_type: str) -> str | None:
-    """Which On-Demand vCPU quota an instance type counts against (a VCPU_QUOTA_CODES key).
+def vcpu_quota_class(instance_type: str, spot: bool = False) -> str | None:
+    """Which vCPU quota an instance type counts against: a VCPU_QUOTAS key, or for spot a SPOT_VCPU_QUOTAS one.
 
-    G and VT share one quota, P has its own, and A, C, D, H, I, M, R, T, Z share the standard
-    one; Inf, Trn, DL, F, X and HPC have quotas of their own that this project does not use (None).
+    G and VT share one quota, P has its own (for spot, P2-P4 one and P5 another), and A, C, D, H, I, M, R, T, Z
+    share the standard one; Inf, Trn, DL, F, X and HPC have quotas of their own that this project does not use
+    (None), and so has a spot P family the table does not name.
     """
     family = instance_type.split(".")[0].lower()
     if family.startswith(("inf", "trn", "dl", "hpc")):
@@ -41,7 +49,10 @@ def vcpu_quota_class(instance_type: str) -> str | None:
     if family.startswith(("g", "vt")):
         return "g"
     if family.startswith("p"):
-        return "p"
+        if not spot:
+            return "p"
+        generation = family[1:2]
+        return "p5" if generation == "5" else "p2-p4" if generation in ("2", "3", "4") else None
     return "standard" if family[:1] in set("acdhimrtz") else None
 
 

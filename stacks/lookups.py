@@ -11,7 +11,11 @@ with ':' are not settings):
 - `spot-price:<region>:<type>`: {"zones": {zone: usd per hour}, "as_of": ...}: the newest Linux/UNIX price per
   zone from DescribeSpotPriceHistory. The review prices spot nodes at it, labelled as a price that moves.
 - `gpu-zones:<region>:<type>:<capacity type>`: {"zones": [...], "basis": ..., "as_of": ...}: the zones preflight
-  found with capacity, best first. `gpu_availability_zone=auto` takes the first that the VPC has.
+  found with capacity, best first. `gpu_availability_zone=auto` takes the first that the VPC has. Written once and
+  kept, as CDK keeps its own lookups until reset: the node group's Subnets, CapacityType and InstanceTypes are
+  create-only (AWS::EKS::Nodegroup), so a zone that moved between deploys would replace the GPU node group under a
+  running job. A later preflight that ranks another zone first warns and keeps it; `make preflight REFRESH=1` (or
+  `cdk context --reset <key>`) ranks again. A Capacity Block's entry is the block's zone, always read afresh.
 """
 
 from __future__ import annotations

@@ -1,10 +1,17 @@
 """Preflight's capacity checks: can the GPU type be bought the way the settings ask, in which zones, at what spot
 price, and does a Capacity Block fit the job. What they learn is cached for synth (stacks/lookups.py).
 
-PROBE=1 (`--probe`) asks EC2 for capacity the way AWS's own sample does: a one-instance On-Demand Capacity
-Reservation per candidate zone, cancelled at once. A reservation bills per second at the on-demand rate while it
-exists (EC2 User Guide, "Capacity Reservation pricing and billing"), so the probe says what it may cost before it
-starts, and cancels every reservation it made whatever stops it (an error, Ctrl-C): see probe_zones.
+PROBE=1 (`--probe`) asks EC2 for capacity the way AWS's own sample does: an On-Demand Capacity Reservation of
+gpu_node_count instances (the job's nodes, all in one zone) per candidate zone, cancelled at once. A reservation bills
+per second at the on-demand rate while it exists (EC2 User Guide, "Capacity Reservation pricing and billing"), so the
+probe says what it may cost before it starts, and cancels every reservation it made whatever stops it (an error,
+Ctrl-C): see probe_zones. It is preflight's only write: it needs ec2:CreateCapacityReservation,
+ec2:CancelCapacityReservation and ec2:CreateTags (the reservation is tagged as it is created).
+
+The zones ranked for gpu_availability_zone=auto are cached once and kept (check_zones): the node group's Subnets,
+CapacityType and InstanceTypes are create-only (AWS::EKS::Nodegroup), so a zone that moved between two deploys would
+make CloudFormation replace the GPU node group under a running job. CDK's own context lookups are kept the same way
+until reset; `make preflight REFRESH=1` (`--refresh`) ranks again.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import time
+import typing
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -29,8 +38,13 @@ LINUX = "Linux/UNIX"
 # EKS User Guide, "Create a managed node group with Capacity Blocks for ML": EC2 starts shutting a block's instances
 # down 30 minutes before its end, and EKS scales the node group to 0 40 minutes before it.
 EKS_SCALE_DOWN_BEFORE_BLOCK_END = timedelta(minutes=40)
-# GetSpotPlacementScores: 1 to 10; EC2 User Guide, "Spot placement score": a score of 10 is highly likely to succeed.
-GOOD_SPOT_SCORE = 5
+# EC2 User Guide, "Spot placement score", Limitations: asked for fewer than three instance types, EC2 returns a low
+# score. Preflight asks for the one GPU type, so a score is read against the other zones' only (no absolute bar).
+SINGLE_TYPE_SCORES = "scores for one instance type run low (EC2 User Guide, Spot placement score): only their order counts"
+# botocore's EC2 model, CancelCapacityReservation: a reservation can be cancelled when assessing, scheduled (with a
+# quote), active or delayed; not while pending. The probe waits a pending one out, a bounded while.
+CANCELLABLE = frozenset({"assessing", "active", "delayed"})
+SETTLE_POLLS, SETTLE_INTERVAL_S = 10, 3.0
 
 
 def _now() -> str:
@@ -76,7 +90,8 @@ def spot_prices(ec2, instance_type: str) -> dict[str, float]:
 
 def spot_scores(ec2, s: Settings) -> dict[str, int] | None:
     """Zone -> spot placement score (1-10) for gpu_node_count nodes in one zone, or None where EC2 refuses the
-    question (ec2:GetSpotPlacementScores is not in every read-only policy)."""
+    question (ec2:GetSpotPlacementScores is not in every read-only policy). One instance type: the scores run low
+    (SINGLE_TYPE_SCORES), so they rank zones against each other only."""
     from botocore.exceptions import ClientError
 
     try:
@@ -91,21 +106,42 @@ def spot_scores(ec2, s: Settings) -> dict[str, int] | None:
 # ---------------------------------------------------------------- the probe
 
 
-def probe_cost_line(instance_type: str, zones: list[str]) -> str:
+def probe_cost_line(instance_type: str, zones: list[str], count: int = 1) -> str:
     price = INSTANCE_TYPES[instance_type].usd_per_hour if instance_type in INSTANCE_TYPES else None
-    bound = f"${len(zones) * price / 60:.2f} if each lived a minute" if price else "the type's on-demand rate per second"
-    return (f"PROBE: creating and at once cancelling a 1-instance On-Demand Capacity Reservation of {instance_type} in "
-            f"each of {', '.join(zones)}; each bills per second at the on-demand rate while it exists (a few seconds): "
+    bound = (f"${len(zones) * count * price / 60:.2f} if each lived a minute" if price
+             else "the type's on-demand rate per second")
+    return (f"PROBE: creating and at once cancelling an On-Demand Capacity Reservation of {count} x {instance_type} "
+            f"(gpu_node_count, in one zone) in each of {', '.join(zones)}; each bills per second at the on-demand rate "
+            f"while it exists (seconds; up to {SETTLE_POLLS * SETTLE_INTERVAL_S:.0f} s while EC2 settles a pending one): "
             f"at most {bound}")
 
 
-def probe_zones(ec2, instance_type: str, zones: list[str], token: str | None = None) -> dict[str, str | None]:
-    """Zone -> None where a 1-instance reservation was created (and cancelled), else EC2's error code.
+def _state(ec2, reservation_id: str) -> str:
+    found = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])["CapacityReservations"]
+    return found[0]["State"] if found else "cancelled"
 
-    Cleanup is guaranteed: each reservation is cancelled as soon as it exists; the `finally` cancels any still
-    listed, then every reservation tagged with this probe's token (one made by a call that an interruption cut off
-    before its answer arrived), with Ctrl-C ignored meanwhile. An error other than no capacity or quota stops the
-    probe (after the cleanup)."""
+
+def _settled(ec2, reservation_id: str, state: str, sleep: typing.Callable[[float], None]) -> str:
+    """The reservation's state once it has left pending (EC2 provisions it, or fails it), or pending after
+    SETTLE_POLLS x SETTLE_INTERVAL_S."""
+    for _ in range(SETTLE_POLLS):
+        if state != "pending":
+            return state
+        sleep(SETTLE_INTERVAL_S)
+        state = _state(ec2, reservation_id)
+    return state
+
+
+def probe_zones(ec2, instance_type: str, zones: list[str], count: int = 1, token: str | None = None,
+                sleep: typing.Callable[[float], None] = time.sleep) -> dict[str, str | None]:
+    """Zone -> None where a reservation of `count` instances became active (and was cancelled), else why not: EC2's
+    error code, or the state the reservation reached instead (failed, still pending...).
+
+    A created reservation is capacity only once active: one EC2 answers `pending` is waited for (it cannot be
+    cancelled while pending), a bounded while, then cancelled. Cleanup is guaranteed: each reservation is cancelled
+    as soon as it settles; the `finally` cancels any still listed, then every reservation tagged with this probe's
+    token (one made by a call that an interruption cut off before its answer arrived), with Ctrl-C ignored meanwhile.
+    An error other than no capacity or quota stops the probe (after the cleanup)."""
     from botocore.exceptions import ClientError
 
     token = token or uuid.uuid4().hex
@@ -115,22 +151,25 @@ def probe_zones(ec2, instance_type: str, zones: list[str], token: str | None = N
         for zone in zones:
             try:
                 made = ec2.create_capacity_reservation(
-                    InstanceType=instance_type, InstancePlatform=LINUX, AvailabilityZone=zone, InstanceCount=1,
+                    InstanceType=instance_type, InstancePlatform=LINUX, AvailabilityZone=zone, InstanceCount=count,
                     EndDateType="unlimited", InstanceMatchCriteria="targeted", ClientToken=f"{token}-{zone}",
                     TagSpecifications=[{"ResourceType": "capacity-reservation",
-                                        "Tags": [{"Key": PROBE_TAG, "Value": token}]}])
+                                        "Tags": [{"Key": PROBE_TAG, "Value": token}]}])["CapacityReservation"]
             except ClientError as error:
                 code = error.response["Error"]["Code"]
                 if code not in NO_CAPACITY | OVER_QUOTA:
                     raise
                 found[zone] = code
                 continue
-            live.append(made["CapacityReservation"]["CapacityReservationId"])
-            ec2.cancel_capacity_reservation(CapacityReservationId=live[-1])
-            live.pop()
-            found[zone] = None
+            live.append(made["CapacityReservationId"])
+            state = _settled(ec2, live[-1], made.get("State", "pending"), sleep)
+            if state in CANCELLABLE:
+                ec2.cancel_capacity_reservation(CapacityReservationId=live[-1])
+            if state != "pending":  # still pending: left to the cleanup, which waits again
+                live.pop()
+            found[zone] = None if state == "active" else f"reservation {state}"
     finally:
-        _clean_up(ec2, live, token)
+        _clean_up(ec2, live, token, sleep)
     return found
 
 
@@ -147,35 +186,49 @@ def _ctrl_c_ignored():
         signal.signal(signal.SIGINT, previous)
 
 
-def _clean_up(ec2, live: list[str], token: str) -> None:
-    """Cancel the probe's reservations still there; say which could not be, and how to cancel them."""
+def _clean_up(ec2, live: list[str], token: str, sleep: typing.Callable[[float], None] = time.sleep) -> None:
+    """Cancel the probe's reservations still there (a pending one once it settles); say which could not be, and how
+    to cancel them."""
     with _ctrl_c_ignored():
-        left = list(live)
+        left, states = list(live), {}
         try:
             tagged = ec2.describe_capacity_reservations(Filters=[
                 {"Name": f"tag:{PROBE_TAG}", "Values": [token]},
-                {"Name": "state", "Values": ["active", "pending", "assessing"]}])["CapacityReservations"]
-            left += [cr["CapacityReservationId"] for cr in tagged if cr["CapacityReservationId"] not in left]
+                {"Name": "state", "Values": ["active", "pending", "assessing", "delayed"]}])["CapacityReservations"]
+            states = {cr["CapacityReservationId"]: cr.get("State") for cr in tagged}
+            left += [i for i in states if i not in left]
         except Exception as error:  # the listing failed: the ids made so far are all we know of
             print(f"PROBE: could not list reservations tagged {PROBE_TAG}={token}: {error}")
-        failed = []
+        failed, pending = [], []
         for reservation_id in left:
-            try:
-                ec2.cancel_capacity_reservation(CapacityReservationId=reservation_id)
-            except Exception:
-                failed.append(reservation_id)
-        if failed:
-            print(f"PROBE: could not cancel {', '.join(failed)}; each bills until cancelled: "
-                  + "; ".join(f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {i}" for i in failed))
+            state = states.get(reservation_id)
+            if state == "pending":
+                state = _settled(ec2, reservation_id, state, sleep)
+            if state == "pending":
+                pending.append(reservation_id)
+            elif state is None or state in CANCELLABLE:
+                try:
+                    ec2.cancel_capacity_reservation(CapacityReservationId=reservation_id)
+                except Exception:
+                    failed.append(reservation_id)
+            # any other state (failed, cancelled, expired): nothing bills
+        if failed or pending:
+            print(f"PROBE: could not cancel {', '.join(failed + pending)}; each bills until cancelled"
+                  + (f" ({', '.join(pending)} still pending: EC2 cancels none until it is active)" if pending else "")
+                  + ": " + "; ".join(f"aws ec2 cancel-capacity-reservation --capacity-reservation-id {i}"
+                                     for i in failed + pending))
 
 
 # ---------------------------------------------------------------- the zones
 
 
-def check_zones(ec2, s: Settings, cache: dict, probe: bool = False, say=print) -> Check:
+def check_zones(ec2, s: Settings, cache: dict, probe: bool = False, say=print,
+                context: typing.Mapping[str, typing.Any] | None = None, refresh: bool = False) -> Check:
     """Every zone of the region for the type's offering and, as far as EC2 tells without buying, capacity: spot
-    placement scores for spot, the probe for on-demand (PROBE=1), the block's zone for a Capacity Block. Caches the
-    zones with capacity, best first (gpu_availability_zone=auto takes the first), and the spot prices."""
+    placement scores (relative) and prices for spot, the probe for on-demand (PROBE=1), the block's zone for a
+    Capacity Block. Caches the spot prices and the zones with capacity, best first (gpu_availability_zone=auto takes
+    the first). `context` is what cdk.context.json holds already: its zones entry is kept unless `refresh` (see the
+    module's docstring), and a fresh ranking that would move auto's zone is a WARN."""
     region_zones = [z["ZoneName"] for z in ec2.describe_availability_zones(
         Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])["AvailabilityZones"]]
     offered = (cache.get(offerings_key(s.region, s.gpu_instance_type)) or offering(ec2, s.gpu_instance_type))["zones"]
@@ -184,7 +237,7 @@ def check_zones(ec2, s: Settings, cache: dict, probe: bool = False, say=print) -
     if not offered:
         return Check("zones", FAIL, f"{s.gpu_instance_type} is not offered in any zone of {s.region}",
                      "choose another region (-c region=...) or -c gpu_instance_type=...")
-    verdict_without_capacity = FAIL
+    scores = None
     if s.gpu_capacity_type == "capacity-block":
         found = ec2.describe_capacity_reservations(CapacityReservationIds=[s.capacity_reservation_id])["CapacityReservations"]
         ranked = [cr["AvailabilityZone"] for cr in found]
@@ -197,39 +250,63 @@ def check_zones(ec2, s: Settings, cache: dict, probe: bool = False, say=print) -
         candidates = [z for z in offered if z in prices]
         if scores is None:
             ranked, basis = sorted(candidates, key=lambda z: prices[z]), "spot price (placement scores not readable)"
-        else:
-            by_score = sorted(candidates, key=lambda z: (-scores.get(z, 0), prices[z]))
-            ranked = [z for z in by_score if scores.get(z, 0) >= GOOD_SPOT_SCORE]
-            basis = f"spot placement score >= {GOOD_SPOT_SCORE} of 10 for {s.gpu_node_count} nodes"
-            if not ranked:  # a score is a likelihood, not a refusal: the best zones, said as a warning
-                ranked, basis, verdict_without_capacity = by_score, f"spot placement score, none >= {GOOD_SPOT_SCORE}", WARN
+        else:  # a zone EC2 left out of its top ten scores last; equal scores go to the lower price
+            ranked = sorted(candidates, key=lambda z: (-scores.get(z, 0), prices[z]))
+            basis = f"spot placement score for {s.gpu_node_count} nodes against the other zones', then price"
         detail = "spot " + ", ".join(f"{z} ${prices[z]:.4f}/h" + (f" score {scores.get(z, '-')}" if scores else "")
-                                     for z in candidates)
+                                     for z in candidates) + (f" ({SINGLE_TYPE_SCORES})" if scores else "")
     elif probe:
         candidates = sorted(offered, key=lambda z: z != s.gpu_availability_zone)
-        say(probe_cost_line(s.gpu_instance_type, candidates))
-        results = probe_zones(ec2, s.gpu_instance_type, candidates)
-        ranked, basis = [z for z in candidates if results[z] is None], "probe: a 1-instance reservation was made"
+        say(probe_cost_line(s.gpu_instance_type, candidates, s.gpu_node_count))
+        results = probe_zones(ec2, s.gpu_instance_type, candidates, s.gpu_node_count)
+        ranked = [z for z in candidates if results[z] is None]
+        basis = f"probe: a reservation of {s.gpu_node_count} instances became active"
         detail = "probe: " + ", ".join(f"{z} {'capacity' if results[z] is None else results[z]}" for z in candidates)
     else:
         ranked, basis = list(offered), "offered (capacity not probed: PROBE=1 probes it)"
         detail = f"offered in {', '.join(offered)} (capacity not probed: PROBE=1 probes it)"
-    cache[gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type)] = {
-        "zones": ranked, "basis": basis, "as_of": _now()}
+    key = gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type)
+    held = (context or {}).get(key)
+    # A Capacity Block's zone is a fact of the block named, not a ranking that moves: always the fresh one.
+    keep = isinstance(held, dict) and bool(held.get("zones")) and not refresh and s.gpu_capacity_type != "capacity-block"
+    if not keep:
+        cache[key] = {"zones": ranked, "basis": basis, "as_of": _now()}
     reason = f"{s.gpu_instance_type} {s.gpu_capacity_type}: {detail}{not_offered}"
     if not ranked:
         return Check("zones", FAIL, reason + "; no zone with capacity",
                      "try later, another gpu_instance_type or region, or gpu_capacity_type")
-    if verdict_without_capacity == WARN:
-        return Check("zones", WARN, reason + f"; no zone has a spot placement score of {GOOD_SPOT_SCORE} or more: spot "
-                     "nodes may not come", "try later, or -c gpu_capacity_type=on-demand")
     if s.gpu_availability_zone == AUTO_ZONE:
-        return Check("zones", PASS, reason + f"; auto takes the first of {', '.join(ranked)} in availability_zones")
+        return _auto_zone(s, reason, ranked, held if keep else None, key)
     if s.gpu_availability_zone not in ranked:
         verdict = FAIL if s.gpu_capacity_type == "capacity-block" or probe else WARN
         return Check("zones", verdict, reason + f"; {s.gpu_availability_zone} is not among the zones with capacity "
                      f"({basis})", f"-c gpu_availability_zone={ranked[0]} (or auto)")
+    if scores is not None and scores.get(s.gpu_availability_zone, 0) < scores.get(ranked[0], 0):
+        return Check("zones", WARN, reason + f"; {s.gpu_availability_zone} scores {scores.get(s.gpu_availability_zone, '-')}"
+                     f", below {ranked[0]}'s {scores[ranked[0]]}", f"-c gpu_availability_zone={ranked[0]} (or auto)")
     return Check("zones", PASS, reason)
+
+
+def _auto_zone(s: Settings, reason: str, ranked: list[str], held: dict | None, key: str) -> Check:
+    """auto's zone: the first of the ranking that availability_zones has; from the kept cache when there is one, with
+    a WARN when the fresh ranking would move it."""
+    def first(zones: list[str]) -> str | None:
+        return next((z for z in zones if z in s.availability_zones), None)
+
+    if held is None:
+        return Check("zones", PASS, reason + f"; auto takes the first of {', '.join(ranked)} in availability_zones")
+    kept, fresh = first(held["zones"]), first(ranked)
+    since = f"{key} in cdk.context.json, {held.get('basis', 'cached')}, {held.get('as_of', '')}".rstrip(", ")
+    if kept is None:
+        return Check("zones", WARN, reason + f"; the kept zones ({', '.join(held['zones'])}; {since}) are not in "
+                     "availability_zones", "add one of them to availability_zones, or make preflight REFRESH=1")
+    if kept == fresh:
+        return Check("zones", PASS, reason + f"; auto keeps {kept} ({since}; REFRESH=1 ranks again)")
+    ranked_first = fresh or "no zone of availability_zones"
+    return Check("zones", WARN, reason + f"; auto keeps {kept} ({since}), where a fresh check ranks {ranked_first} "
+                 "first: a zone that moves makes CloudFormation replace the GPU node group (its Subnets are "
+                 "create-only), ending a running job's nodes",
+                 "keep it; or, with no job running, make preflight REFRESH=1 to take the fresh ranking")
 
 
 # ---------------------------------------------------------------- spot and Capacity Blocks

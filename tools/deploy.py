@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.deploy", __doc__)
     parser.add_argument("--cdk", default="cdk", help="the CDK CLI to run")
     parser.add_argument("--diff", action="store_true", help="run `cdk diff` with the filled-in settings, nothing else")
+    parser.add_argument("--refresh", action="store_true",
+                        help="let preflight rank the GPU zones again (gpu_availability_zone=auto may move, which "
+                             "replaces the GPU node group)")
     # gpu_availability_zone auto is looked up by the preflight this runs first
     args, cdk_args, s = parse(parser, argv, resolve_lookups=False)
     if s is None:
@@ -95,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
     context_args = [arg for item in args.context for arg in ("-c", item)]
     common = [*context_args, "--cdk-json", args.cdk_json]
-    if not args.diff and preflight.main(common) != 0:
+    # Preflight keeps the zone that auto took at the first deploy (tools/capacity_checks.py: the node group's subnets
+    # are create-only); --refresh alone lets it move.
+    if not args.diff and preflight.main(common + (["--refresh"] if args.refresh else [])) != 0:
         return 1
     session = boto3.Session()
     try:

@@ -1,7 +1,8 @@
 """Will `cdk deploy` of these settings get its GPUs? `python -m tools.preflight [-c key=value ...]`.
 
 Read-only AWS calls with boto3's normal credential chain, against the settings the app would
-use (cdk.json's context plus the same `-c` overrides). Each check prints PASS, WARN or FAIL with
+use (cdk.json's context plus the same `-c` overrides); `--probe` alone writes (capacity reservations
+made and cancelled: tools/capacity_checks.py). Each check prints PASS, WARN or FAIL with
 one line of reason and the fix; any FAIL exits 1, so `make deploy` stops before CloudFormation
 spends twenty minutes finding out.
 """
@@ -12,8 +13,9 @@ import math
 import sys
 from pathlib import Path
 
-from cdk_constructs.instance_types import INSTANCE_TYPES, SPOT_VCPU_QUOTA_CODES, VCPU_QUOTA_CODES, vcpu_quota_class
+from cdk_constructs.instance_types import INSTANCE_TYPES, SPOT_VCPU_QUOTAS, VCPU_QUOTAS, vcpu_quota_class
 from planning.model_config import CONTEXT_FILE
+from stacks.context import cached_lookups
 from stacks.lookups import save as save_lookups
 from stacks.settings import Settings, SettingsError
 from stacks.validation import EKS_CREATABLE_VERSIONS
@@ -23,11 +25,8 @@ from tools.verdicts import FAIL, PASS, WARN, Check
 
 __all__ = ["FAIL", "PASS", "WARN", "Check", "main", "run_checks"]
 
-QUOTA_NAMES = {"g": "Running On-Demand G and VT instances", "p": "Running On-Demand P instances",
-               "standard": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"}
-# EC2 User Guide, "Spot Instance quotas": spot has quotas of its own, in vCPUs of running and requested instances.
-SPOT_QUOTA_NAMES = {"g": "All G and VT Spot Instance Requests", "p": "All P Spot Instance Requests",
-                    "standard": "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"}
+# EC2 User Guide, "Spot Instance quotas": spot has quotas of its own, in vCPUs of running and requested instances
+# (cdk_constructs/instance_types.py SPOT_VCPU_QUOTAS).
 
 
 # ---------------------------------------------------------------- the checks (one AWS question each)
@@ -106,7 +105,7 @@ def _vcpus_in_use(ec2, quota_class: str, spot: bool = False) -> int:
         for reservation in page["Reservations"]:
             for instance in reservation["Instances"]:
                 kind = instance["InstanceType"]
-                if vcpu_quota_class(kind) == quota_class and (instance.get("InstanceLifecycle") == "spot") == spot:
+                if vcpu_quota_class(kind, spot) == quota_class and (instance.get("InstanceLifecycle") == "spot") == spot:
                     counts[kind] = counts.get(kind, 0) + 1
     if not counts:
         return 0
@@ -129,19 +128,18 @@ def _quota_value(quotas, code: str) -> int:
 def check_vcpu_quota(quotas, ec2, instance_type: str, count: int, region: str, role: str,
                      market: str = "on-demand") -> Check:
     name = f"vCPU quota ({role})"
-    quota_class = vcpu_quota_class(instance_type)
+    spot = market == "spot"
+    quota_class = vcpu_quota_class(instance_type, spot)
     if market == "capacity-block":
         return Check(name, PASS, f"{count} x {instance_type} come from the Capacity Block, bought with its own limits; "
                      "the On-Demand vCPU quota is not checked")
     if quota_class is None:
         return Check(name, WARN, f"{instance_type} counts against a quota this check does not know",
                      "check it in the Service Quotas console")
-    spot = market == "spot"
-    code = (SPOT_VCPU_QUOTA_CODES if spot else VCPU_QUOTA_CODES)[quota_class]
+    code, quota = (SPOT_VCPU_QUOTAS if spot else VCPU_QUOTAS)[quota_class]
     need = INSTANCE_TYPES[instance_type].vcpus * count
     limit = _quota_value(quotas, code)
     used = _vcpus_in_use(ec2, quota_class, spot)
-    quota = (SPOT_QUOTA_NAMES if spot else QUOTA_NAMES)[quota_class]
     what = f"{count} x {instance_type} need {need} vCPU; quota '{quota}' ({code}) is {limit}, {used} in use"
     if limit - used >= need:
         return Check(name, PASS, what)
@@ -269,11 +267,14 @@ def check_pull_through_cache_rule(ecr, cloudformation, s: Settings) -> Check:
 # ---------------------------------------------------------------- running and reporting
 
 
-def run_checks(session, s: Settings, probe: bool = False, cache: dict | None = None) -> list[Check]:
-    """Every check, in order. What the capacity checks look up goes into `cache` (cdk.context.json's entries)."""
+def run_checks(session, s: Settings, probe: bool = False, cache: dict | None = None, context: dict | None = None,
+               refresh: bool = False) -> list[Check]:
+    """Every check, in order. What the capacity checks look up goes into `cache` (new cdk.context.json entries);
+    `context` is what cdk.context.json holds already (its zones kept unless `refresh`: capacity_checks.check_zones)."""
     from stacks.lookups import AUTO_ZONE, resolve_gpu_zone
 
     cache = {} if cache is None else cache
+    context = context or {}
     ec2 = session.client("ec2", region_name=s.region)
     eks = session.client("eks", region_name=s.region)
     quotas = session.client("service-quotas", region_name=s.region)
@@ -284,11 +285,11 @@ def run_checks(session, s: Settings, probe: bool = False, cache: dict | None = N
         region,
         *_guarded("kubernetes version", lambda: check_kubernetes_version(eks, s.kubernetes_version)),
         *_guarded("capacity type", lambda: capacity.check_capacity_type(ec2, s, cache)),
-        *_guarded("zones", lambda: capacity.check_zones(ec2, s, cache, probe)),
+        *_guarded("zones", lambda: capacity.check_zones(ec2, s, cache, probe, context=context, refresh=refresh)),
     ]
     if s.gpu_availability_zone == AUTO_ZONE:
         try:
-            s = resolve_gpu_zone(s, cache)
+            s = resolve_gpu_zone(s, {**context, **cache})
         except SettingsError as error:
             return checks + [Check("gpu zone", FAIL, str(error), "see the zones line")]
         checks.append(Check("gpu zone", PASS, f"auto is {s.gpu_availability_zone}"))
@@ -321,10 +322,17 @@ def _guarded(name: str, check) -> list[Check]:
     except (ClientError, BotoCoreError) as error:
         code = getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__
         operation = getattr(error, "operation_name", "an AWS call")
-        return [Check(name, FAIL, f"could not check: {operation} failed with {code}",
-                      "grant the caller read access to EC2, EKS, Service Quotas, CloudFormation, CloudWatch Logs and ECR "
-                      "(e.g. ReadOnlyAccess)")]
+        fix = PROBE_FIX if operation in PROBE_OPERATIONS else READ_FIX
+        return [Check(name, FAIL, f"could not check: {operation} failed with {code}", fix)]
     return result if isinstance(result, list) else [result]
+
+
+READ_FIX = ("grant the caller read access to EC2, EKS, Service Quotas, CloudFormation, CloudWatch Logs and ECR "
+            "(e.g. ReadOnlyAccess)")
+# The probe's writes (tools/capacity_checks.py probe_zones): no read-only policy grants them.
+PROBE_OPERATIONS = frozenset({"CreateCapacityReservation", "CancelCapacityReservation", "CreateTags"})
+PROBE_FIX = ("PROBE=1 writes: grant ec2:CreateCapacityReservation, ec2:CancelCapacityReservation and ec2:CreateTags "
+             "(ReadOnlyAccess has none of them), or run preflight without PROBE=1")
 
 
 def format_table(checks: list[Check]) -> str:
@@ -340,8 +348,13 @@ def format_table(checks: list[Check]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = tool_parser("python -m tools.preflight", __doc__)
     parser.add_argument("--probe", action="store_true",
-                        help="probe on-demand capacity in every zone that offers the GPU type: a 1-instance capacity "
-                             "reservation made and cancelled at once per zone (billed per second while it exists)")
+                        help="probe on-demand capacity in every zone that offers the GPU type: a capacity reservation "
+                             "of gpu_node_count instances made and cancelled at once per zone (billed per second "
+                             "while it exists; needs ec2:CreateCapacityReservation, CancelCapacityReservation, "
+                             "CreateTags)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="rank the GPU zones again and replace the cached ranking that gpu_availability_zone=auto "
+                             "reads (a zone that moves replaces the GPU node group)")
     args, _, settings = parse(parser, argv, resolve_lookups=False)
     if settings is None:
         return 2
@@ -360,14 +373,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"preflight for stack {settings.stack_name} in {settings.region}, account {identity['Account']}")
     cache: dict = {}
+    context_file = Path(args.cdk_json).resolve().parent / CONTEXT_FILE
     try:
-        checks = run_checks(session, settings, args.probe, cache)
+        checks = run_checks(session, settings, args.probe, cache, cached_lookups(context_file), args.refresh)
     except KeyboardInterrupt:  # the probe has cancelled what it made (tools/capacity_checks.py probe_zones)
         print("preflight stopped (Ctrl-C); the probe cancelled the reservations it made (one it could not is named "
               "above)", file=sys.stderr)
         return 130
     finally:  # what was looked up is kept, also when it stopped
-        save_lookups(cache, Path(args.cdk_json).resolve().parent / CONTEXT_FILE)
+        save_lookups(cache, context_file)
     print(format_table(checks))
     if cache:
         print(f"cached in {CONTEXT_FILE} for synth: {', '.join(sorted(cache))}")

@@ -173,6 +173,20 @@ def requested(path: str, pattern: str) -> bool:
     return _hidden_parts(path) == _hidden_parts(pattern) and _special_folders(path) == _special_folders(pattern)
 
 
+# What the datasets library never takes as a data file (data_files.py FILES_TO_IGNORE): the card, a model's or a
+# saved dataset's metadata, the old script datasets' dummy data.
+FILES_TO_IGNORE = frozenset({"README.md", "config.json", "dataset_info.json", "dataset_infos.json", "dummy_data.zip",
+                             "dataset_dict.json"})
+
+
+def ignored(path: str, pattern: str) -> bool:
+    """A file the datasets library skips: its name is one of FILES_TO_IGNORE and the pattern's last component is not
+    that very name (resolve_pattern takes such a file only when the pattern names it, data/config.json; a glob that
+    merely matches it, *.json, does not)."""
+    name = path.rsplit("/", 1)[-1]
+    return name in FILES_TO_IGNORE and name != pattern.rsplit("/", 1)[-1]
+
+
 def split_of(path: str) -> str | None:
     """The split a data file's folder or name says it belongs to (train-00000-of-00001.parquet: train)."""
     words = [w for part in path.lower().split("/") for w in re.split(r"[-._ ]", part)]
@@ -189,8 +203,8 @@ def hub_data_files(files: list[str], readme: str | None, split: str, config: str
     if config is not None and not readme:
         raise DataError(f"--data: no config {config!r}: this dataset has no card declaring configs")
     patterns = configured_data_files(readme, split, config) if readme else None
-    if patterns is None:  # the split names' own patterns (all of them `**/...`) name no hidden or special part
-        data = [f for f in data if requested(f, "**")]
+    if patterns is None:  # the split names' own patterns (all of them `**/...`) name no hidden or special part,
+        data = [f for f in data if requested(f, "**") and not ignored(f, "**")]  # and no file to ignore
     data_dir = (card_config(readme, config) or {}).get("data_dir") if readme and patterns is None else None
     if data_dir:
         # A config given as a folder: its files, split by their names as in a dataset with no card.
@@ -199,7 +213,8 @@ def hub_data_files(files: list[str], readme: str | None, split: str, config: str
         chosen = [f for f in data if split_of(f) == split] if any(split_of(f) for f in data) else (data if split == "train" else [])
         chosen = [folder + f for f in chosen]
     elif patterns is not None:
-        chosen = [f for f in data if any(glob_regex(p).match(f) and requested(f, p) for p in patterns)]
+        chosen = [f for f in data if any(glob_regex(p).match(f) and requested(f, p) and not ignored(f, p)
+                                         for p in patterns)]
     elif any(split_of(f) for f in data):
         chosen = [f for f in data if split_of(f) == split]
     else:

@@ -222,6 +222,21 @@ def test_the_spot_prices_are_read_for_each_instance_hour_from_the_price_history(
     stub.assert_no_pending_responses()
 
 
+def test_a_price_set_at_the_hours_start_replaces_the_one_before():
+    """DescribeSpotPriceHistory returns the records within [start, end] and also the last change before start: a
+    change at 22:00 sharp ($1.45) and the one it replaced at 21:40 ($1.20) both come back; 22:00's is in effect."""
+    from botocore.stub import Stubber
+
+    client = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+        {"AvailabilityZone": "us-east-2a", "InstanceType": "g6.12xlarge", "ProductDescription": "Linux/UNIX",
+         "SpotPrice": price, "Timestamp": when} for price, when in [("1.450000", START),
+                                                                     ("1.200000", START - timedelta(minutes=20))]]})
+    stub.activate()
+    assert bill.spot_hour_prices(client, {"i-1": bought("spot", 1800)}, AFTER) == {"i-1": [1.45]}
+
+
 def test_the_watch_line_says_the_spot_price_basis():
     node = bill.NodeBill("gpu-1", "g6.12xlarge", dict.fromkeys(bill.PHASES, 60.0), 300, 0.10, "spot")
     assert bill.bill_line(bill.Bill([node]), None).startswith(

@@ -74,6 +74,13 @@ def test_preflight_reads_auto_before_it_is_looked_up():
     assert s.gpu_availability_zone == "auto"
 
 
+def test_auto_is_no_zone_name_to_check_against_a_cached_offering():
+    # Preflight reads the settings with auto unresolved, and the offering of an earlier preflight is cached: auto
+    # stands for a zone still to be looked up, not one named "auto" that EC2 does not offer.
+    s = settings_from_context(base_context() | {"gpu_availability_zone": "auto", **G6_OFFERED}, resolve_lookups=False)
+    assert s.gpu_availability_zone == "auto"
+
+
 # ------------------------------------------------------------------ retries sized for interruptions
 
 
@@ -81,8 +88,19 @@ def test_spot_adds_its_interruptions_to_both_retries_and_other_capacity_adds_non
     from stacks.settings import trainer_options
 
     spot, on_demand = settings(gpu_capacity_type="spot"), settings()
+    # A Capacity Block's instances are not reclaimed by a spot market: its run keeps the on-demand retries.
+    block = settings(gpu_capacity_type="capacity-block", gpu_instance_type="p5.48xlarge", capacity_reservation_id=BLOCK_ID)
     assert (spot.backoff_limit, trainer_options(spot)["max_failures"]) == (1 + 3, 3 + 3)
     assert (on_demand.backoff_limit, trainer_options(on_demand)["max_failures"]) == (1, 3)
+    assert (block.backoff_limit, trainer_options(block)["max_failures"]) == (1, 3)
+
+
+def test_spot_without_extra_retries_is_allowed():
+    # gpu_spot_interruptions: 0 to 20 (stacks/settings.py); 0 leaves spot with the on-demand retries.
+    from stacks.settings import trainer_options
+
+    spot = settings(gpu_capacity_type="spot", gpu_spot_interruptions=0)
+    assert (spot.backoff_limit, trainer_options(spot)["max_failures"]) == (1, 3)
 
 
 # ------------------------------------------------------------------ the price basis

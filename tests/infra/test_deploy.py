@@ -124,6 +124,29 @@ def test_the_makefiles_deploy_target_is_the_tool_that_runs_preflight():
     assert "$(PY) -m tools.deploy --cdk $(CDK) $(CDK_ARGS)" in recipe and "--diff" not in recipe
 
 
+@pytest.mark.parametrize("target", ["deploy", "preflight"])
+def test_refresh_1_reaches_preflight_from_both_make_targets(target):
+    recipe = (ROOT / "Makefile").read_text().split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+    assert "$(if $(REFRESH), --refresh)" in recipe
+
+
+def test_deploy_lets_preflight_rank_the_zones_again_only_when_asked(monkeypatch):
+    # Preflight keeps auto's cached zone unless --refresh (the node group's Subnets are create-only).
+    import types
+
+    import boto3
+
+    from tools import deploy, preflight, watch
+
+    seen = []
+    monkeypatch.setattr(preflight, "main", lambda argv: seen.append(argv) or 1)
+    monkeypatch.setattr(watch, "main", lambda argv: 0)
+    monkeypatch.setattr(boto3, "Session", lambda: types.SimpleNamespace())
+    for extra in ([], ["--refresh"]):
+        deploy.main(["--cdk-json", str(ROOT / "cdk.json"), *extra])
+    assert [argv[-1] for argv in seen] == [str(ROOT / "cdk.json"), "--refresh"]
+
+
 # ------------------------------------------------------------------ what `make deploy` runs, in full
 
 def test_an_unreachable_check_service_names_the_setting_to_use_instead():

@@ -3,19 +3,17 @@
 EFA's memory registration needs an unlimited memlock rlimit, inherited from containerd (README, "Shared
 knowledge: memlock"). The user data is read back as EC2 hands it to cloud-init: base64 of a MIME multipart
 document (EKS requires MIME multipart for a managed node group's launch template user data), whose
-text/x-shellscript part cloud-init runs as root. The part is run here with the node's root moved to a
-temporary folder and systemctl recorded, so the test checks what the script writes, not what it says.
+text/x-shellscript part cloud-init runs as root. The part is run here on the seam harness's fake node (its root a
+temporary folder, systemctl recorded), so the test checks what the script writes, not what it says.
 """
 
 from __future__ import annotations
 
 import base64
 import email
-import os
-import stat
-import subprocess
 
 from tests.conftest import resources_of
+from tools.seams import fake_node
 
 DROP_IN = "/etc/systemd/system/containerd.service.d/90-memlock.conf"
 
@@ -36,16 +34,11 @@ def _shell_parts(template) -> list[str]:
 
 
 def _run_on_a_fake_node(script: str, root) -> list[str]:
-    """Run the part as cloud-init would, with / moved to `root` and systemctl only recorded."""
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    calls = root / "systemctl.calls"
-    systemctl = bin_dir / "systemctl"
-    systemctl.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
-    systemctl.chmod(systemctl.stat().st_mode | stat.S_IEXEC)
-    moved = script.replace(" /etc/", f" {root}/etc/")
-    subprocess.run(["bash", "-c", moved], check=True, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
-    return calls.read_text().splitlines()
+    """Run the part as cloud-init would, on the seam harness's fake node rooted at `root` (tools/seams/fake_node.py:
+    nothing written outside it), and return the systemctl calls it recorded."""
+    outcome = fake_node.run(root, script)
+    assert (outcome.exit_code, outcome.refused) == (0, ""), outcome
+    return [call.removeprefix("systemctl ") for call in (root / ".calls").read_text().splitlines()]
 
 
 def test_the_gpu_nodes_user_data_gives_containerd_an_unlimited_memlock(template, tmp_path):

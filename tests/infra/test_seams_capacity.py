@@ -113,6 +113,19 @@ def test_a_reservation_preference_beside_a_target_must_be_reservations_only(pref
                                  "takes both only with capacity-reservations-only")
 
 
+def test_a_reservation_resource_group_is_a_target_too():
+    """EC2 API Reference, CapacityReservationTarget: a reservation is targeted by its id or by the ARN of a
+    resource group of reservations; either holds On-Demand capacity and takes only capacity-reservations-only."""
+    group_arn = "arn:aws:resource-groups:us-east-2:123456789012:group/training-reservations"
+    target = {"CapacityReservationTarget": {"CapacityReservationResourceGroupArn": group_arn}}
+    assert [p.split(": ", 2)[2] for p in problems(template("SPOT", {"CapacityReservationSpecification": target}))] == [
+        "a spot group targets a Capacity Reservation, which holds On-Demand capacity"]
+    beside_open = {"CapacityReservationSpecification": {**target, "CapacityReservationPreference": "open"}}
+    assert [p.split(": ", 2)[2] for p in problems(template("ON_DEMAND", beside_open))] == [
+        "CapacityReservationPreference open beside a CapacityReservationTarget; EC2 takes both only with "
+        "capacity-reservations-only"]
+
+
 def test_a_reservation_with_the_stacks_new_placement_group_cannot_launch():
     data = {"CapacityReservationSpecification": {"CapacityReservationTarget": {"CapacityReservationId": BLOCK}}}
     [problem] = problems(template("ON_DEMAND", data, placement_group=True))

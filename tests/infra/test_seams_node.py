@@ -6,8 +6,10 @@ import base64
 import copy
 import math
 
+import pytest
+
 from cdk_constructs import node_groups
-from tools.seams import check_template, node
+from tools.seams import check_template, fake_node, node
 from tools.seams.cfn import Resolver
 
 DROP_IN_SCRIPT = """#!/bin/bash
@@ -187,3 +189,61 @@ def test_a_command_the_fake_node_lacks_fails_the_part_before_it_writes():
     script = "#!/bin/bash\nset -e\ndnf install -y something\n" + DROP_IN_SCRIPT.format(limit="infinity")
     [problem] = problems(nodegroup_template(mime(("text/x-shellscript", script))))
     assert "exited 127" in problem and "dnf: command not found" in problem
+
+
+# ---------------------------------------------------------------------- the fake node's fences (fake_node)
+
+
+def test_a_script_writing_outside_the_fake_node_is_refused_and_nothing_is_written(tmp_path):
+    canary = tmp_path / "canary"
+    script = f"#!/bin/bash\nmkdir -p {tmp_path}\necho root > {canary}\n" + DROP_IN_SCRIPT.format(limit="infinity")
+    [problem] = problems(nodegroup_template(mime(("text/x-shellscript", script))))
+    assert problem == (f"node: Gpu: launch template Template's shell part is not run on this machine: {str(tmp_path)!r} "
+                       "could write outside the fake node's temporary root (absolute paths allowed: /etc, /run, "
+                       "/proc/sys, /dev/null; no '..', no ~user)")
+    assert not canary.exists()
+
+
+def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path):
+    script = f"#!/bin/bash\ncd {tmp_path}\necho root > canary\n"
+    assert node.run_shell_part(script).refused == str(tmp_path)
+    assert not (tmp_path / "canary").exists()
+
+
+@pytest.mark.parametrize(("line", "token"), [
+    ("echo 1 > /tmp/x", "/tmp/x"), ("mkdir -p /var/lib/x", "/var/lib/x"), ("cp a /opt", "/opt"),
+    ("install -D a /usr/local/bin/a", "/usr/local/bin/a"), ("cd /", "/"), ("cd /etcetera", "/etcetera"),
+    ("cd /etc/..", ".."), ("cd ..", ".."), ("cat ~root/.ssh/id", "~root"), ('echo "x" >"/srv/x"', "/srv/x"),
+    ("echo 1 > /etc/x; echo 2 > /proc/sys/vm/nr_hugepages; cd /run; cd /etc; echo 3 > /dev/null", ""),
+    ("printf '[Service]\\nLimitMEMLOCK=infinity\\n' > a/b/../c.conf", ".."),
+    ("# a comment naming /var/log is not run", ""), ("curl -o a https://example.com/x", ""),
+])
+def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
+    assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
+
+
+@pytest.mark.parametrize("chroot", [
+    False, pytest.param(True, marks=pytest.mark.skipif(not fake_node.namespaces_work(), reason="no user namespaces"))])
+def test_the_fake_node_holds_etc_run_and_proc_sys_in_both_modes(tmp_path, chroot):
+    script = ("#!/bin/bash\nset -e\ncd /etc\nmkdir -p systemd/system/containerd.service.d\n"
+              "echo '[Service]' > systemd/system/containerd.service.d/a.conf\n"
+              "echo 512 > /proc/sys/vm/nr_hugepages\necho x > /run/y\necho z > /dev/null\nsystemctl daemon-reload\n")
+    outcome = fake_node.run(tmp_path, script, chroot=chroot)
+    assert (outcome.exit_code, outcome.refused) == (0, "")
+    assert (tmp_path / "etc/systemd/system/containerd.service.d/a.conf").read_text() == "[Service]\n"
+    assert (tmp_path / "proc/sys/vm/nr_hugepages").read_text() == "512\n" and (tmp_path / "run/y").is_file()
+    assert (tmp_path / ".calls").read_text() == "systemctl daemon-reload\n"
+
+
+@pytest.mark.skipif(not fake_node.namespaces_work(), reason="no user namespaces")
+def test_a_path_computed_at_run_time_stays_in_the_chroot(tmp_path):
+    # No literal path for the scan to see: '\057' is printf's octal for '/'. Chrooted, it lands in the fake root.
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    relative = str(outside / "canary").lstrip("/")
+    script = (f"#!/bin/bash\nset -e\ns=$(printf '\\057')\nmkdir -p \"${{s}}{relative.rsplit('/', 1)[0]}\"\n"
+              f"echo x > \"${{s}}{relative}\"\n")
+    assert fake_node.refused_token(script) == ""
+    assert fake_node.run(root, script, chroot=True).exit_code == 0
+    assert not (outside / "canary").exists() and (root / relative).read_text() == "x\n"

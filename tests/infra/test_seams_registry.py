@@ -54,6 +54,16 @@ def test_a_prefix_the_pods_do_not_pull_under_is_found(synthesized):
            "(rules: ecr-public-cache/ -> public.ecr.aws)" in problem
 
 
+def test_a_prefix_that_begins_the_repository_name_only_as_text_serves_no_pull():
+    """CreatePullThroughCacheRule: "There is always an assumed / applied to the end of the prefix": prefix ecr serves
+    ecr/..., never ecr-public/... (an image named in a chart's values carries no source to catch it otherwise)."""
+    pull = registry.Pull("Helm chart values", CACHED)
+    text_prefix = registry.Rule("TextPrefix", "ecr", "public.ecr.aws")
+    serving = registry.Rule("Serving", "ecr-public", "public.ecr.aws")
+    assert registry.rule_of(pull, [text_prefix]) is None
+    assert registry.rule_of(pull, [text_prefix, serving]) == serving
+
+
 def test_the_import_rights_removed_from_the_node_roles_deny_each_nodes_first_pull(synthesized):
     for policy in of_type(synthesized, "AWS::IAM::Policy").values():
         statements = policy["Properties"]["PolicyDocument"]["Statement"]

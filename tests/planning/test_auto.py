@@ -122,6 +122,24 @@ def test_precision_auto_picks_fp8_on_a_p5_at_the_h200_profile_and_says_why():
     assert run.line.startswith("precision auto: fp8 (fp8 predicted 1.") and run.line.endswith("measured on the H100)")
 
 
+def test_precision_auto_charges_resharded_weights_a_cast_per_gather():
+    # planning/fp8.py: an fp8 weight is cast at each all-gather: kept gathered (the h200 profile), once a step;
+    # resharded after forward, twice per micro-batch (forward and backward), here 2 x 4 accumulation = 8. More casts,
+    # less gain: auto must predict the resharded run's fp8 gain below the gathered run's (a 7B model at 1,024 tokens
+    # a micro-batch, where the casts show in the line's two decimals).
+    import dataclasses
+    import re
+
+    gathered = parse_args(["--model", "qwen2.5-7b", "--instance-type", "p5.48xlarge", "--workers", "16", "--profile",
+                           "h200", "--micro-batch", "1", "--grad-accum", "4", "--seq-len", "1024", "--precision", "auto"])
+    assert gathered.reshard_after_forward is False
+
+    def gain(config) -> float:
+        return float(re.search(r"fp8 predicted (\d+\.\d+)x", resolve_run(config).line).group(1))
+
+    assert gain(dataclasses.replace(gathered, reshard_after_forward=True)) < gain(gathered)
+
+
 def test_precision_auto_keeps_bf16_on_the_l4_default_where_fp8_is_unmeasured():
     run = resolve_run(parse_args(DEFAULT_CLUSTER + ["--micro-batch", "1", "--activation-checkpointing", "full",
                                                     "--precision", "auto"]))

@@ -112,6 +112,21 @@ def test_generation_spans_are_followed_where_they_differ_from_the_turn(tokenizer
     assert ids[:-1] == out["input_ids"] and learned[:-1] == [bool(m) for m in out["assistant_masks"]]
 
 
+@pytest.mark.parametrize("opening, closing", [("{%- generation %}", "{%- endgeneration %}"),
+                                              ("{% generation -%}", "{% endgeneration -%}"),
+                                              ("{%- generation -%}", "{%- endgeneration -%}")])
+def test_generation_spans_in_jinjas_whitespace_control_forms_are_followed(tokenizer, opening, closing):
+    # TRL's qwen3_training.jinja writes {%- generation %}; transformers' render_jinja_template tests for the tag with
+    # optional '-' on either side. Its spans (the reply alone) are learned, not the located turn (reply and close).
+    template = ("{% for m in messages %}<|im_start|>{{ m.role }}:{% if m.role == 'assistant' %}" + opening +
+                "{{ m.content }}" + closing + "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}")
+    record = {"messages": CHAT}
+    assert render_and_learned(tokenizer, record, template)[1] == ["Bandwidth.", "It reduces."]
+    out = tokenizer.apply_chat_template(CHAT, chat_template=template, return_dict=True, return_assistant_tokens_mask=True)
+    [(ids, learned, _)] = tokenize_records([record], tokenizer, DataFormat(chat_template=template))
+    assert learned[:-1] == [bool(m) for m in out["assistant_masks"]]
+
+
 @pytest.mark.parametrize("chat, template, why", [
     # Every message's text twice: the turn is not one place in the render.
     (CHAT, "{% for m in messages %}{{ m.content }} ({{ m.content }}) {% endfor %}", "its text is not rendered once"),

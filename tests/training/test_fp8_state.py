@@ -63,17 +63,31 @@ def _batches(world: int, rank: int, position: int = 0):
     return synthetic_batches("pattern", 3, 512, SEQ, MICRO, rank, world, position)
 
 
-def _full_weights(model) -> dict[str, torch.Tensor]:
-    """Every parameter gathered, as the plain fp32 values it holds (torchao's wrapper's inner tensor, read directly)."""
+def _plain(value) -> torch.Tensor:
+    """A parameter or optimizer state gathered, as the plain fp32 values it holds (torchao's wrapper's inner tensor,
+    read directly)."""
     from torch.distributed.tensor import DTensor
 
-    def plain(value):
-        local = value._local_tensor if isinstance(value, DTensor) else value
-        inner = getattr(local, "_tensor", local)
-        return DTensor.from_local(inner, value.device_mesh, value.placements, shape=value.shape,
-                                  stride=value.stride()).full_tensor() if isinstance(value, DTensor) else inner
+    local = value._local_tensor if isinstance(value, DTensor) else value
+    inner = getattr(local, "_tensor", local)
+    full = DTensor.from_local(inner, value.device_mesh, value.placements, shape=value.shape,
+                              stride=value.stride()).full_tensor() if isinstance(value, DTensor) else inner
+    return full.detach().clone()
 
-    return {name: plain(p.data).detach().clone() for name, p in model.named_parameters()}
+
+def _full_weights(model) -> dict[str, torch.Tensor]:
+    return {name: _plain(p.data) for name, p in model.named_parameters()}
+
+
+def _full_adam_state(model, optimizer) -> dict[str, torch.Tensor]:
+    """AdamW's exp_avg and exp_avg_sq of every parameter, gathered."""
+    return {f"{name} {moment}": _plain(optimizer.state[p][moment]) for name, p in model.named_parameters()
+            for moment in ("exp_avg", "exp_avg_sq")}
+
+
+RESUMED_STEPS = 2
+"""Steps compared after a resume: the first one's loss reads only the loaded weights; the second's reads the
+update the loaded optimizer state made, and the state after both is compared too."""
 
 
 def _worker(rank: int, world: int, store: str, tmp: str) -> None:
@@ -111,13 +125,16 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
         if rank == 0:
             ckpt.write_train_state(legacy, STEPS, STEPS * world * MICRO)
             Path(legacy, SETTINGS).write_text(json.dumps(dataclasses.asdict(_config("fp8"))))
-        result["uninterrupted"] = _step(model, optimizer, batches, "fp8")
+        result["uninterrupted"] = [_step(model, optimizer, batches, "fp8") for _ in range(RESUMED_STEPS)]
+        result["uninterrupted state"] = _full_weights(model) | _full_adam_state(model, optimizer)
         for precision in ("fp8", "bf16"):
             model, optimizer = _build(precision, rank, world)
             _, position = ckpt.load(f"{tmp}/run/checkpoint_{STEPS:06d}", model, optimizer)
             result[f"loaded in {precision}"] = _full_weights(model)
             resumed = _batches(world, rank, ckpt.worker_position(position, world, MICRO))
-            result[f"resumed in {precision}"] = _step(model, optimizer, resumed, precision)
+            steps = RESUMED_STEPS if precision == "fp8" else 1
+            result[f"resumed in {precision}"] = [_step(model, optimizer, resumed, precision) for _ in range(steps)]
+            result[f"resumed state in {precision}"] = _full_weights(model) | _full_adam_state(model, optimizer)
     if rank == 0:
         torch.save(result | {"losses": losses}, f"{tmp}/world{world}.pt")
     leave()
@@ -192,15 +209,19 @@ def test_the_checkpoint_exports_offline_without_torchao(fp8_run, offline_export)
 def test_an_fp8_checkpoint_resumes_in_fp8_where_it_stopped(fp8_run):
     run = _run(fp8_run, 2)
     assert all(torch.equal(run["loaded in fp8"][k], v) for k, v in run["saved"].items())
+    # Two steps on: the second loss and the state after them see the loaded AdamW moments, bit for bit.
     assert run["resumed in fp8"] == run["uninterrupted"]
+    resumed, uninterrupted = run["resumed state in fp8"], run["uninterrupted state"]
+    assert resumed.keys() == uninterrupted.keys() and any(k.endswith(" exp_avg_sq") for k in resumed)
+    assert [k for k, v in uninterrupted.items() if not torch.equal(resumed[k], v)] == []
 
 
 def test_an_fp8_checkpoint_resumes_in_bf16(fp8_run):
     run = _run(fp8_run, 2)
     assert all(torch.equal(run["loaded in bf16"][k], v) for k, v in run["saved"].items())
     # The same weights and batch without float8 rounding: within the 2% of the fp8 parity test.
-    assert run["resumed in bf16"] == pytest.approx(run["uninterrupted"], rel=0.02)
-    assert run["resumed in bf16"] != run["uninterrupted"]
+    [resumed], first = run["resumed in bf16"], run["uninterrupted"][0]
+    assert resumed == pytest.approx(first, rel=0.02) and resumed != first
 
 
 def test_plain_tensors_leaves_a_state_without_torchao_untouched():

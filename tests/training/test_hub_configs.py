@@ -120,6 +120,15 @@ def test_patterns_pick_what_fsspecs_glob_picks(pattern, expected):
     assert hub_data_files(GLOB_FILES, card_with(pattern), "train") == sorted(expected)
 
 
+def test_a_question_mark_is_one_character_of_a_name_never_a_slash():
+    # fsspec's glob (what datasets' resolve_pattern uses): '?' is one character other than '/'.
+    from fsspec.utils import glob_translate
+
+    files = ["data/a-b.parquet", "data/a/b.parquet"]
+    assert [f for f in files if re.match(glob_translate("data/a?b.parquet"), f)] == ["data/a-b.parquet"]
+    assert hub_data_files(files, card_with("data/a?b.parquet"), "train") == ["data/a-b.parquet"]
+
+
 def test_hidden_and_special_folders_are_read_only_when_the_pattern_names_them():
     # datasets' resolve_pattern drops hidden files and folders (a name starting with '.') and folders starting
     # with '__' that the pattern does not name.
@@ -132,3 +141,25 @@ def test_hidden_and_special_folders_are_read_only_when_the_pattern_names_them():
 def test_a_double_star_inside_a_name_is_refused_as_fsspec_refuses_it():
     with pytest.raises(DataError, match=r"^--data: the dataset card's pattern 'data/\*\*\.parquet' has '\*\*' inside"):
         hub_data_files(GLOB_FILES, card_with("data/**.parquet"), "train")
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    # datasets' data_files.py FILES_TO_IGNORE: config.json, dataset_info.json, dataset_infos.json and
+    # dataset_dict.json (with README.md and dummy_data.zip) are skipped unless the pattern's last component is that
+    # very name; a glob that matches them does not take them.
+    ("**", ["data/train.json"]),
+    ("data/*.json", ["data/train.json"]),
+    ("data/config.json", ["data/config.json"]),
+    ("data/dataset_info.json", ["data/dataset_info.json"]),
+])
+def test_metadata_files_are_not_data_unless_the_pattern_names_them(pattern, expected):
+    files = ["data/train.json", "data/config.json", "data/dataset_info.json", "data/dataset_infos.json",
+             "data/dataset_dict.json"]
+    assert hub_data_files(files, card_with(pattern), "train") == expected
+
+
+def test_a_saved_datasets_metadata_is_not_read_as_a_split_without_a_card():
+    # A folder saved by datasets' save_to_disk holds dataset_dict.json and dataset_info.json beside its data.
+    files = ["train/data.json", "train/dataset_info.json", "dataset_dict.json"]
+    assert hub_data_files(files, None, "train") == ["train/data.json"]
+

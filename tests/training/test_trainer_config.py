@@ -202,6 +202,24 @@ def test_local_model_shorter_than_seq_len_is_refused(tmp_path):
         check_inputs(cfg)
 
 
+@pytest.mark.parametrize("seq_len, refused", [(32768, False), (32769, True)])
+def test_an_unknown_hub_models_positions_are_all_usable(monkeypatch, seq_len, refused):
+    # A model with max_position_embeddings 32768 has positions 0..32767: a 32768-token sequence uses them all, one
+    # more runs past them. The Hub's config.json is stood in for (no download in tests).
+    import transformers
+
+    from training.inputs import check_hub_positions
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained",
+                        lambda model, **_: transformers.LlamaConfig(max_position_embeddings=32768))
+    cfg = TrainConfig(model="org/unknown-model", seq_len=seq_len)
+    if refused:
+        with pytest.raises(ConfigError, match=r"^--seq-len: 32769 exceeds org/unknown-model's 32768 positions"):
+            check_hub_positions(cfg)
+    else:
+        check_hub_positions(cfg)
+
+
 def test_unreadable_model_config_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text("{")
     with pytest.raises(ConfigError, match=r"--model: .*config.json cannot be read"):

@@ -17,9 +17,11 @@ Amazon EKS needs ... the user data must be in the MIME multi-part archive format
 EFA registers memory with the device: a pod using vpc.amazonaws.com/efa needs an unlimited memlock
 (aws-efa-k8s-device-plugin and the EFA user guide: "ulimit -l unlimited").
 
-A shell part is judged by what it does, not by what it says: it runs under bash with the node's /etc and /run
-moved into a temporary folder, systemctl and sysctl recorded instead of run, and only a few file tools on PATH
-(so a command the fake node lacks fails the part instead of touching this machine). Then the containerd
+A shell part is judged by what it does, not by what it says: it runs under bash on a fake node whose /etc, /run
+and /proc/sys are a temporary folder (tools/seams/fake_node.py: a script naming any other absolute path is refused
+before it runs, and where namespaces work it runs chrooted there), systemctl and sysctl recorded instead of run,
+and only a few file tools on PATH (so a command the fake node lacks fails the part instead of touching this
+machine). Then the containerd
 drop-ins it left are read as systemd reads them (systemd.unit(5) "Drop-in": every *.conf of
 containerd.service.d/ in /etc and /run, a name in /etc hiding the same name in /run, applied in file-name order;
 systemd.exec(5): LimitMEMLOCK= in the [Service] section, the last assignment wins, "infinity" unlimited).
@@ -35,16 +37,14 @@ import binascii
 import email
 import functools
 import math
-import os
 import re
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from tools.seams import fake_node
 from tools.seams.cfn import Resolver
 
 MIB = 1 << 20
@@ -53,11 +53,6 @@ AL2023_NOFILE = (65536, 1048576)
 UNLIMITED = math.inf
 _DROP_IN_DIRS = ("etc/systemd/system/containerd.service.d", "run/systemd/system/containerd.service.d")
 """Where a user-data script can put a containerd drop-in, in systemd's order of precedence."""
-_MOVED = re.compile(r"(?<![\w./$-])/(etc|run)/")
-"""An absolute path under /etc or /run in the script, moved under the fake node's root."""
-_FAKE_NODE_TOOLS = ("mkdir", "cat", "tee", "cp", "install", "ln", "chmod", "touch", "sed")
-"""What the fake node offers besides bash's builtins: tools that write files, nothing that deletes."""
-_RECORDED = ("systemctl", "sysctl")
 _HUGEPAGES = re.compile(r"vm\.nr_hugepages\s*=\s*(\d+)|echo\s+(\d+)\s*>\s*/proc/sys/vm/nr_hugepages")
 
 
@@ -73,6 +68,8 @@ class NodeView:
     """The email parser's defects, of every part."""
     shell_note: str = ""
     """What running the shell parts did, when it left no drop-in: for the problem's line."""
+    refused: tuple[str, ...] = ()
+    """Tokens of shell parts not run because they could write outside the fake node's root."""
 
 
 def _memlock_value(text: str) -> float:
@@ -102,6 +99,8 @@ class ShellEffect:
     """What the containerd drop-ins the script left set, or None when they set nothing."""
     exit_code: int
     stderr: str
+    refused: str = ""
+    """The token that kept the script from running (fake_node.refused_token), or ''."""
 
 
 def _limit_memlock(drop_in: str) -> str | None:
@@ -126,22 +125,7 @@ def run_shell_part(script: str) -> ShellEffect:
     drop-ins it left."""
     with tempfile.TemporaryDirectory(prefix="fake-node-") as folder:
         root = Path(folder)
-        tools = root / ".tools"
-        tools.mkdir()
-        for tool in _FAKE_NODE_TOOLS:
-            if found := shutil.which(tool):
-                (tools / tool).symlink_to(found)
-        for tool in _RECORDED:
-            (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> "{root}/.calls"\n')
-            (tools / tool).chmod(0o755)
-        part = root / ".part"
-        part.write_text(_MOVED.sub(lambda m: f"{root}/{m.group(1)}/", script))
-        try:
-            done = subprocess.run([shutil.which("bash") or "/bin/bash", str(part)], cwd=root, capture_output=True,
-                                  text=True, timeout=30, env={"PATH": str(tools), "HOME": str(root), "LANG": "C"})
-            exit_code, stderr = done.returncode, done.stderr
-        except subprocess.TimeoutExpired:
-            exit_code, stderr = -1, "timed out after 30 s"
+        outcome = fake_node.run(root, script)
         drop_ins: dict[str, Path] = {}
         for folder_name in reversed(_DROP_IN_DIRS):  # /etc last: its file hides /run's of the same name
             for path in sorted((root / folder_name).glob("*.conf")) if (root / folder_name).is_dir() else []:
@@ -150,7 +134,7 @@ def run_shell_part(script: str) -> ShellEffect:
         for name in sorted(drop_ins):
             value = _limit_memlock(drop_ins[name].read_text())
             memlock = _memlock_value(value) if value is not None else memlock
-    return ShellEffect(memlock, exit_code, stderr.replace(folder, ""))
+    return ShellEffect(memlock, outcome.exit_code, outcome.stderr, outcome.refused)
 
 
 def _shell_note(effect: ShellEffect) -> str:
@@ -168,11 +152,13 @@ def node_view(user_data_b64: str | None) -> NodeView:
     except (binascii.Error, UnicodeDecodeError):
         user_data = user_data_b64  # placeholders or unencoded text: read as it is
     multipart, parts, defects = _parts(user_data)
-    note = ""
+    note, refused = "", []
     for content_type, text in parts:
         if content_type == "text/x-shellscript":
             effect = run_shell_part(text)
-            if effect.memlock is not None:
+            if effect.refused:
+                refused.append(effect.refused)
+            elif effect.memlock is not None:
                 memlock = effect.memlock
             else:
                 note = _shell_note(effect)
@@ -187,7 +173,8 @@ def node_view(user_data_b64: str | None) -> NodeView:
                         memlock = UNLIMITED if hard in (-1, 2**64 - 1, "18446744073709551615") else int(hard)
                     if rlimit.get("type") == "RLIMIT_NOFILE":
                         nofile = (int(rlimit["soft"]), int(rlimit["hard"]))
-    return NodeView(memlock, nofile, hugepages, multipart, True, defects, note if memlock != UNLIMITED else "")
+    return NodeView(memlock, nofile, hugepages, multipart, True, defects, note if memlock != UNLIMITED else "",
+                    tuple(refused))
 
 
 def _uses_efa(launch_template_data: dict) -> bool:
@@ -266,7 +253,11 @@ def problems(r: Resolver, manifests: list[dict] | None = None) -> list[str]:
         if view.mime_defects:
             found.append(f"node: {lid}: launch template {template_id}'s user data is malformed MIME "
                          f"({', '.join(view.mime_defects)}): cloud-init may drop or misread its parts (RFC 2046 5.1.1)")
-        if _uses_efa(data) and view.memlock != UNLIMITED:
+        for token in view.refused:
+            found.append(f"node: {lid}: launch template {template_id}'s shell part is not run on this machine: "
+                         f"{token!r} could write outside the fake node's temporary root (absolute paths allowed: "
+                         f"/{', /'.join(fake_node.MOVED)}, /dev/null; no '..', no ~user)")
+        if _uses_efa(data) and view.memlock != UNLIMITED and not view.refused:
             found.append(f"node: {lid}: EFA pods need an unlimited memlock, a container gets "
                          f"{view.memlock / MIB:g} MiB (AL2023's default; no containerd LimitMEMLOCK drop-in in "
                          f"launch template {template_id}'s user data{view.shell_note})")
