@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,11 +110,9 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
     except Exception as error:  # the test that reads the export says why there is none
         result["export error"] = f"{type(error).__name__}: {error}"
     if world > 1:
-        def into_run(step: int, folder: str, final: bool) -> None:  # what Ray Train does with each worker's folder
-            shutil.copytree(folder, f"{tmp}/run/checkpoint_{step:06d}", dirs_exist_ok=True)
-
-        ckpt.Checkpoints(False, rank, into_run, print, settings=dataclasses.asdict(_config("fp8"))).save(
-            model, optimizer, STEPS, STEPS * world * MICRO, final=True)
+        # Each worker uploads its folder into the run's checkpoint folder; rank 0 commits it.
+        ckpt.Checkpoints(False, rank, world, f"{tmp}/run", "fp8", print, settings=dataclasses.asdict(_config("fp8"))).save(
+            model, optimizer, STEPS, STEPS * world * MICRO, wait=True)
         # As checkpoints were written before plain_tensors: the wrapper pickled.
         from torch.distributed.checkpoint import save
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -129,7 +126,7 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
         result["uninterrupted state"] = _full_weights(model) | _full_adam_state(model, optimizer)
         for precision in ("fp8", "bf16"):
             model, optimizer = _build(precision, rank, world)
-            _, position = ckpt.load(f"{tmp}/run/checkpoint_{STEPS:06d}", model, optimizer)
+            _, position = ckpt.load(f"{tmp}/run/{ckpt.checkpoint_folder_name(STEPS, 'fp8')}", model, optimizer)
             result[f"loaded in {precision}"] = _full_weights(model)
             resumed = _batches(world, rank, ckpt.worker_position(position, world, MICRO))
             steps = RESUMED_STEPS if precision == "fp8" else 1
