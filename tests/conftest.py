@@ -28,6 +28,10 @@ def _node_binary() -> str | None:
 
 # Tests never touch the network: a model's config.json comes from cdk.context.json's cache or a local folder.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Ray Train's controller polls its workers every 2 s by default (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in
+# ray/train/v2/_internal/constants.py): a run's end, a worker's error or death waits for the next poll. Every
+# 0.25 s here: the same states, seen sooner. The driver passes RAY_TRAIN_* on to the controller and workers.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
 if not os.environ.get("JSII_NODE") and (node := _node_binary()):
     os.environ["JSII_NODE"] = node
