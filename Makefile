@@ -62,8 +62,8 @@ watch: $(VENV)/.synth-deps node_modules/.installed
 destroy: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.teardown --cdk $(CDK) $(CDK_ARGS)
 
-# Two pytest-xdist processes, one group of tests at a time each (tests/conftest.py GROUPS: the Ray runs in one,
-# the process groups and timed bounds in another, every synthesis in a third, each other module alone).
+# Two pytest-xdist processes, one group of tests at a time each (tests/conftest.py GROUPS: the Ray runs and the
+# timed bounds in one, the other process groups in another, every synthesis in a third, each other module alone).
 test: $(VENV)/.dev-deps node_modules/.installed
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
