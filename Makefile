@@ -69,8 +69,10 @@ watch: $(VENV)/.synth-deps node_modules/.installed
 destroy: $(VENV)/.synth-deps node_modules/.installed
 	$(PY) -m tools.teardown --cdk $(CDK) $(CDK_ARGS)
 
+# Two pytest-xdist processes, one group of tests at a time each (tests/conftest.py GROUPS: the Ray runs and the
+# timed bounds in one, the other process groups in another, every synthesis in a third, each other module alone).
 test: $(VENV)/.dev-deps node_modules/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The fault matrix beyond make test (docs/testing.md, "Fault matrix"): every fault at every moment, under Ray.
 fault-matrix: $(VENV)/.dev-deps

@@ -28,9 +28,67 @@ def _node_binary() -> str | None:
 
 # Tests never touch the network: a model's config.json comes from cdk.context.json's cache or a local folder.
 os.environ["HF_HUB_OFFLINE"] = "1"
+# Ray Train's controller polls its workers every 2 s by default (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S in
+# ray/train/v2/_internal/constants.py): a run's end, a worker's error or death waits for the next poll. Every
+# 0.25 s here: the same states, seen sooner. The driver passes RAY_TRAIN_* on to the controller and workers.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
 if not os.environ.get("JSII_NODE") and (node := _node_binary()):
     os.environ["JSII_NODE"] = node
+
+
+# `make test` runs the suite on two pytest-xdist processes (-n 2 --dist loadgroup), each taking one group of tests
+# at a time. Every module is a group of its own (its module-scoped fixtures run once, in one process), except the
+# modules of each list below, which make one group and so run one after another in one process. The groups are
+# handed out in this order, the longest first. Plain `pytest` (no -n) runs everything in one process as before.
+GROUPS = {
+    # Ray clusters and Ray Train runs, and every test that times a bound (a hang, a slow node, a step's waits, a
+    # refusal that takes seconds, the benchmark's runs under their timeout): never two of them at once.
+    "serial": ("training/test_train_ray.py", "training/test_hang_recovery_ray.py", "training/test_data_order.py",
+               "training/test_worker_setup.py", "benchmarks/test_bench.py", "training/test_watchdog.py",
+               "training/test_health_gate.py", "training/test_step_guard.py", "training/test_resume_check.py"),
+    # Process groups of several workers (tests.process_group's fork server, torchrun, mp.spawn) that time nothing.
+    "process_groups": (
+        "benchmarks/test_bench_sft.py", "benchmarks/test_kernel_profile.py", "training/test_checkpoint_fsdp.py",
+        "training/test_export.py", "training/test_fp8.py", "training/test_fsdp_gloo.py",
+        "training/test_global_batch_gloo.py", "training/test_grad_accumulation_precision.py",
+        "training/test_hsdp_gloo.py", "training/test_layout_and_resume_choice.py", "training/test_lora_fsdp.py",
+        "training/test_resume_gloo.py", "training/test_storage.py"),
+    # Every synthesis of the stack: one process, one template cache (template_for), each settings synthesized once.
+    "synth": ("infra/",),
+}
+
+
+def xdist_group(nodeid: str) -> str:
+    """The group of a test: its module's list in GROUPS, else the module itself."""
+    module = nodeid.split("::")[0].removeprefix("tests/")
+    for group, members in GROUPS.items():
+        if any(module == m or (m.endswith("/") and module.startswith(m)) for m in members):
+            return group
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup with GROUPS. xdist 3.8's own loadgroup reads its groups back from the node ids, which
+    pytest 9.2 no longer lets a plugin change (pytest-xdist issue 1386): every test would go out on its own,
+    a module's fixtures run in both processes."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    config.option.loadscopereorder = False  # in collection order, which the hook below sets
+    return GroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the groups of GROUPS first, in its order; then the rest as collected
+        order = {group: rank for rank, group in enumerate(GROUPS)}
+        items.sort(key=lambda item: order.get(xdist_group(item.nodeid), len(order)))
 
 
 def base_context() -> dict:

@@ -165,16 +165,21 @@ def test_packed_documents_do_not_attend_to_each_other(model_folder):
 
 
 # flex: what real data trains with on GPU (training.model.attention_kernel). Here it runs uncompiled: the same
-# block mask and attention, without Inductor's ~20 s of C++ compilation on the CPU.
+# block mask and attention, without Inductor's ~20 s of C++ compilation on the CPU. transformers builds the block
+# mask compiled too (masking_utils.flex_attention_mask: create_block_mask(..., _compile=True)), which alone cost
+# 37 s of CPU per cold run; built eagerly it is the same mask.
 @pytest.mark.parametrize("attention", ["sdpa", "flex_attention"])
 def test_the_trainers_loss_of_a_packed_block_is_the_sum_over_its_documents(model_folder, attention, monkeypatch):
-    from torch.nn.attention.flex_attention import flex_attention
+    import transformers.masking_utils
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     from transformers import AutoModelForCausalLM
     from transformers.integrations.flex_attention import WrappedFlexAttention
 
     from training.model import CausalLMWithLoss
 
     monkeypatch.setattr(WrappedFlexAttention, "__call__", lambda self: flex_attention)  # uncompiled
+    monkeypatch.setattr(transformers.masking_utils, "create_block_mask",
+                        lambda *args, _compile=True, **kwargs: create_block_mask(*args, **kwargs))  # eager
     lm = AutoModelForCausalLM.from_pretrained(model_folder, attn_implementation=attention).eval()
     packed, separate, unmasked = _two_documents_packed_and_apart(CausalLMWithLoss(lm, loss_chunk_tokens=5))
     torch.testing.assert_close(packed, separate, rtol=1e-5, atol=1e-5)
