@@ -44,13 +44,15 @@ if not os.environ.get("JSII_NODE") and (node := _node_binary()):
 GROUPS = {
     # Ray clusters and Ray Train runs, and every test that times a bound (a hang, a slow node, a step's waits, a
     # refusal that takes seconds, the benchmark's runs under their timeout): never two of them at once.
-    "serial": ("training/test_train_ray.py", "training/test_hang_recovery_ray.py", "training/test_data_order.py",
+    "serial": ("training/test_train_ray.py", "training/test_fault_matrix.py", "training/test_data_order.py",
                "training/test_worker_setup.py", "benchmarks/test_bench.py", "training/test_watchdog.py",
-               "training/test_health_gate.py", "training/test_step_guard.py", "training/test_resume_check.py"),
+               "training/test_health_gate.py", "training/test_step_guard.py", "training/test_resume_check.py",
+               "training/test_preemption.py", "training/test_tracking.py", "training/test_failures.py",
+               "training/test_checkpoint_commit.py"),
     # Process groups of several workers (tests.process_group's fork server, torchrun, mp.spawn) that time nothing.
     "process_groups": (
         "benchmarks/test_bench_sft.py", "benchmarks/test_kernel_profile.py", "training/test_checkpoint_fsdp.py",
-        "training/test_export.py", "training/test_fp8.py", "training/test_fsdp_gloo.py",
+        "training/test_export.py", "training/test_fp8.py", "training/test_fp8_state.py", "training/test_fsdp_gloo.py",
         "training/test_global_batch_gloo.py", "training/test_grad_accumulation_precision.py",
         "training/test_hsdp_gloo.py", "training/test_layout_and_resume_choice.py", "training/test_lora_fsdp.py",
         "training/test_resume_gloo.py", "training/test_storage.py"),
