@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import AUTO, SYNTHETIC_DATA, ConfigError, TrainConfig, option_flag, parse_args
+from training.command_line import parse_args
+from training.config import AUTO, SYNTHETIC_DATA, ConfigError, TrainConfig, option_flag
 from training.inputs import check_hub_positions, check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 from training.storage import storage_uri

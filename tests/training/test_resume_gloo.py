@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from training import checkpoint as ckpt
-from training.config import TrainConfig, validate
+from training.config import TrainConfig
+from training.config_rules import validate
 from training.schedule import lr_at
 from training.step import train_step
 from training.train import global_batch_rows, prepare_training, train_batches

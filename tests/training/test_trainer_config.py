@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from training.config import MAX_STEPS, ConfigError, TrainConfig, parse_args, validate
+from training.command_line import parse_args
+from training.config import MAX_STEPS, ConfigError, TrainConfig
+from training.config_rules import validate
 from training.inputs import check_inputs
 from training.train import main
 
@@ -335,7 +337,7 @@ def test_options_come_from_the_arguments_given_not_the_command_line(monkeypatch)
 def test_every_option_is_documented():
     import dataclasses
 
-    from training.config import _field_docs
+    from training.command_line import _field_docs
 
     assert set(_field_docs()) == {f.name for f in dataclasses.fields(TrainConfig)}
 
