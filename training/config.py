@@ -240,7 +240,7 @@ class TrainConfig:
 
 
 # What a resumed run must share with its checkpoint: every setting that changes the model, the data order or
-# the optimisation (train.refuse_changed_resume, on the driver). The world size is not among them: the global
+# the optimisation (training.driver.refuse_changed_resume). The world size is not among them: the global
 # batch (global_batch_sequences) is, and the checkpoint reshards onto any number of workers.
 RESUME_SETTINGS = ("model", "model_revision", "seq_len", "steps", "lr", "warmup_steps", "min_lr_ratio", "weight_decay",
                    "grad_clip", "reduce_dtype", "data", "val_fraction", "shuffle", "seed", "text_field", "messages_field",

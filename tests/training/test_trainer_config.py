@@ -431,7 +431,8 @@ def test_the_trainer_refuses_precision_auto_unresolved(capsys):
 
 
 def test_sharding_auto_on_a_cluster_is_refused_and_on_one_machine_is_full(capsys):
-    from training.train import choose_layout, refuse_planner_autos
+    from training.driver import refuse_planner_autos
+    from training.worker import choose_layout
 
     assert main(["--model", "tiny", "--workers", "8"]) == 2  # sharding defaults to auto
     assert capsys.readouterr().err == ("error: --sharding: auto needs the planner: run python -m planning.train with the "
