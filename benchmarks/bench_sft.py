@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from training.config import GPU_PROFILES, TrainConfig, validate
+from training.config import GPU_PROFILES, TrainConfig
+from training.config_rules import validate
 
 MODEL = "qwen2.5-1.5b"
 # Chat SFT documents: log-normal lengths, median 256 tokens (most chats are short, a few are long).

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from training.config import GPU_PROFILES, TrainConfig, validate
+from training.config import GPU_PROFILES, TrainConfig
+from training.config_rules import validate
 
 
 EXAMPLE_SHAPE = {"micro_batch": 1, "seq_len": 128}

@@ -17,7 +17,8 @@ from planning.families import ShapeError
 from planning.fp8 import resolve_precision
 from planning.model_config import ModelConfigError, UnsupportedFamily, model_shape
 from planning.workload import SHARDINGS, Layout, ModelShape, Workload, cluster_of
-from training.config import AUTO, ConfigError, TrainConfig, option_flag, options_argv, parse_args
+from training.command_line import options_argv, parse_args
+from training.config import AUTO, ConfigError, TrainConfig, option_flag
 from training.gpus import GpuSpec
 
 

@@ -83,7 +83,7 @@ def planned_stop(options: dict, configs: dict | None = None) -> StopEstimate | N
     """The stop estimate of a RayJob's resolved trainer options (planning.auto.resolve_options: with the predicted
     step time), or None where the planner knows the model or the nodes not."""
     from planning.auto import planned
-    from training.config import options_argv, parse_args
+    from training.command_line import options_argv, parse_args
 
     cfg = parse_args(options_argv(options))
     found = planned(cfg, configs)

@@ -11,7 +11,8 @@ import sys
 from planning.auto import predicted_link_gbps, resolve_run
 from planning.model_config import project_context
 from training import train
-from training.config import ConfigError, option_flag, parse_args
+from training.command_line import parse_args
+from training.config import ConfigError, option_flag
 
 RESOLVED = ("micro_batch", "activation_checkpointing", "sharding")
 

@@ -257,7 +257,8 @@ def _validate_instance(s: Settings) -> None:
 def _validate_training(s: Settings) -> None:
     from cdk_constructs.ray_manifests import RayClusterSpec, RayJobSpec
     from planning.auto import PlanError
-    from training.config import ConfigError, parse_args
+    from training.command_line import parse_args
+    from training.config import ConfigError
 
     t = s.training
     _require(re.fullmatch(r"[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})", t.image) is not None,

@@ -17,8 +17,9 @@ PACKAGES = ("training", "planning", "benchmarks", "cdk_constructs", "stacks", "t
 # What each package (or one module, beyond its package) may import besides itself: a package, or one module of one.
 ALLOWED: dict[str, frozenset[str]] = {
     "training": frozenset(),
-    # The planner reads the trainer's option vocabulary, the GPU datasheets and its families, nothing that trains...
-    "planning": frozenset({"training.config", "training.gpus", "training.families"}),
+    # The planner reads the trainer's option vocabulary and command line, the GPU datasheets and its families, nothing
+    # that trains...
+    "planning": frozenset({"training.config", "training.command_line", "training.gpus", "training.families"}),
     # ...but for its CLI, which starts the trainer once auto is resolved.
     "planning.train": frozenset({"training"}),
     "benchmarks": frozenset({"training", "planning"}),

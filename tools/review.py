@@ -123,7 +123,8 @@ def _job_plan(template: dict):
     from planning.auto import model_of
     from planning.model_config import project_context
     from planning.workload import Layout, Workload, cluster_of
-    from training.config import ConfigError, parse_args
+    from training.command_line import parse_args
+    from training.config import ConfigError
 
     jobs = _manifests(template, "RayJob")
     if not jobs:

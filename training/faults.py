@@ -39,7 +39,7 @@ FAULTS_ENV = "TRAINER_TEST_FAULTS"
 ROW_LOG_ENV = "TRAINER_TEST_ROW_LOG"
 SLOW_UPLOAD_S = 3.0
 WORKER_ENV_NAMES = (FAULTS_ENV, ROW_LOG_ENV)
-"""Passed on to the Ray workers when the driver has them (training.train.worker_env)."""
+"""Passed on to the Ray workers when the driver has them (training.driver.worker_env)."""
 
 
 def armed(kind: str, step: int, run_uri: str) -> bool:

@@ -83,7 +83,7 @@ def is_sagemaker_arn(uri: str | None) -> bool:
 
 
 def option_problem(c) -> str | None:
-    """The first tracking option the trainer cannot use, as one line naming it (training.config.validate), or None."""
+    """The first tracking option the trainer cannot use, as one line naming it (training.config_rules.validate), or None."""
     def flag(name: str) -> str:
         return "--" + name.replace("_", "-")
 

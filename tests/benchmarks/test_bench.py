@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from benchmarks import bench, levers, report, suites, worker
-from training.config import GPU_PROFILES, ConfigError, parse_args
+from training.command_line import parse_args
+from training.config import GPU_PROFILES, ConfigError
 from training.metrics import model_flops_per_token
 from tests.process_group import spawn
 

@@ -9,7 +9,8 @@ import types
 import torch
 
 from benchmarks import bench_sft
-from training.config import TrainConfig, validate
+from training.config import TrainConfig
+from training.config_rules import validate
 from tests.process_group import spawn
 
 TINY_VOCAB = 512

@@ -358,7 +358,8 @@ def test_ray_job_runs_the_l4_profile_with_auto_resolved_at_synth(template):
     recomputation and sharding the settings leave to auto, which the synth resolved (the pods hold no planner):
     the pick keeps the profile's 1 x 4 sequences per GPU, and the planner's step time and link bandwidth come
     along for the trainer to measure against."""
-    from training.config import GPU_PROFILES, parse_args
+    from training.command_line import parse_args
+    from training.config import GPU_PROFILES
 
     config = parse_args(shlex.split(manifest_of(template, "RayJob")["spec"]["entrypoint"])[3:])
     l4 = GPU_PROFILES["l4"]
@@ -372,7 +373,7 @@ def test_ray_job_runs_the_l4_profile_with_auto_resolved_at_synth(template):
 
 
 def test_entrypoint_keeps_values_that_look_like_options():
-    from training.config import parse_args
+    from training.command_line import parse_args
 
     entry = rm.train_entrypoint({"model": "tiny", "steps": 5, "require_efa": True, "storage_path": "-runs"})
     config = parse_args(shlex.split(entry)[3:])

@@ -336,7 +336,7 @@ def test_the_old_boolean_recomputation_still_reaches_the_trainer_as_full_or_none
     import shlex
 
     from cdk_constructs.ray_manifests import train_entrypoint
-    from training.config import parse_args
+    from training.command_line import parse_args
 
     options = trainer_options(settings_from_context(base_context() | {"training.activation_checkpointing": value,
                                                                        "training.micro_batch": "1"}))

@@ -1,7 +1,7 @@
 """Each training setting that is a trainer option, moved off its default, reaches the trainer as that value.
 
 The RayJob's entrypoint is built by the same pure functions the stack uses (pure_workload), split as the
-submitter's shell splits it, and parsed by the trainer's own command line (training.config.parse_args).
+submitter's shell splits it, and parsed by the trainer's own command line (training.command_line.parse_args).
 What the trainer then does with each option is tested where the library acts (docs/testing.md, "Two
 values for every setting").
 """
@@ -15,7 +15,7 @@ import pytest
 
 from stacks.settings import TrainingSettings
 from tests.conftest import pure_workload
-from training.config import parse_args
+from training.command_line import parse_args
 
 # A valid non-default value of every trainer-option setting (each moved alone from the app's context).
 MOVED = {

@@ -7,7 +7,8 @@ import pytest
 
 from planning.auto import check_fit, resolve_auto, resolve_run
 from planning.train import main, resolved_argv
-from training.config import ConfigError, parse_args
+from training.command_line import parse_args
+from training.config import ConfigError
 
 DEFAULT_CLUSTER = ["--model", "Qwen/Qwen2.5-1.5B", "--instance-type", "g6.12xlarge", "--workers", "8", "--seq-len", "2048",
                    "--batch-tokens", "65536", "--loss-chunk-tokens", "2048", "--reduce-dtype", "bf16"]

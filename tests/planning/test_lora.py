@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from training.config import ConfigError, TrainConfig, validate
+from training.config import ConfigError, TrainConfig
+from training.config_rules import validate
 from training.inputs import check_inputs
 
 

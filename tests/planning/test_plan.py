@@ -1169,7 +1169,8 @@ def test_auto_never_picks_what_does_not_fit(instance_type, model):
     micro-batch and recomputation that fits (counted here one by one), and each worker's --sharding auto lands on
     its layout; or, exactly when nothing fits, it stops with one line naming the GPUs."""
     from planning.auto import PlanError, resolve_auto, resolve_run
-    from training.config import TrainConfig, validate
+    from training.config import TrainConfig
+    from training.config_rules import validate
 
     spec = INSTANCE_TYPES[instance_type]
     for nodes in (1, 2, 4):

@@ -143,7 +143,8 @@ def test_the_override_is_read_from_a_file(tmp_path):
     ("/tmp/my template.jinja", r"--chat-template: '/tmp/my template.jinja' may hold only"),
 ])
 def test_bad_chat_template_settings_are_one_line(value, message):
-    from training.config import ConfigError, TrainConfig, validate
+    from training.config import ConfigError, TrainConfig
+    from training.config_rules import validate
 
     with pytest.raises(ConfigError, match=message):
         validate(TrainConfig(chat_template=value))

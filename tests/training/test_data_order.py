@@ -206,7 +206,7 @@ FILE_ORDER = [f"{name}{i:03d}" for name in "AB" for i in range(30)]
 
 
 def trainer_datasets(folder, model_folder, seq_len: int, shuffle: bool) -> dict:
-    from training.train import real_datasets
+    from training.driver import real_datasets
 
     cfg = TrainConfig(model=model_folder, data=str(folder), val_data=str(folder), seq_len=seq_len, shuffle=shuffle, seed=3)
     return real_datasets(cfg)
@@ -234,7 +234,7 @@ def test_shuffle_reads_every_document_out_of_file_order(same_length_files, model
 def test_the_trainers_epochs_follow_the_shuffle_setting(shard, monkeypatch, shuffle, in_order):
     import ray.train
 
-    from training.train import train_batches
+    from training.worker import train_batches
 
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
     cfg = TrainConfig(model="folder", data="data.jsonl", micro_batch=1, shuffle=shuffle, seed=11)

@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import local_ray
 from tests.training import fault_chains
-from training.config import TrainConfig, validate
+from training.config import TrainConfig
+from training.config_rules import validate
 from training.train import fit
 
 pytestmark = pytest.mark.fault_matrix

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from training.config import ConfigError, TrainConfig, parse_args
+from training.command_line import parse_args
+from training.config import ConfigError, TrainConfig
 from training.fp8 import check_fp8_device, convert_to_fp8
 from training.model import CausalLMWithLoss, build_model, builtin_config
 from tests.process_group import spawn

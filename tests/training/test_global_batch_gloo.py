@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from training.config import TrainConfig, validate
+from training.config import TrainConfig
+from training.config_rules import validate
 from training.data import synthetic_batches
 from training.metrics import DataCounts
 from training.model import build_model

@@ -164,7 +164,8 @@ def test_a_layer_message_is_qwen25_15b_s_layer_in_bf16():
 
 
 def test_the_planned_figures_are_refused_at_zero():
-    from training.config import ConfigError, parse_args
+    from training.command_line import parse_args
+    from training.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"^--predicted-link-gbps: 0.0 must be above 0$"):
         parse_args(["--predicted-link-gbps", "0"])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from training.config import ConfigError, TrainConfig, validate
+from training.config import ConfigError, TrainConfig
+from training.config_rules import validate
 from training.sources import DataError, HubSpec, _hub_filesystem, hub_data_files, parse_hf_spec
 
 

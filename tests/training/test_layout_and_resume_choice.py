@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from training import train
+from training import worker
 from training.config import TrainConfig
 from training.layout import LayoutError
 from tests.process_group import leave, spawn
@@ -16,7 +16,7 @@ UNEVEN = ["node-a"] * 4 + ["node-b"] * 2
 
 
 def mesh_for(monkeypatch, sharding: str, node_of_rank: list[str]):
-    """train.sharding_mesh with Ray's placement and the mesh constructor stood in for."""
+    """worker.sharding_mesh with Ray's placement and the mesh constructor stood in for."""
     import ray
 
     import training.model
@@ -25,7 +25,7 @@ def mesh_for(monkeypatch, sharding: str, node_of_rank: list[str]):
     monkeypatch.setattr(ray, "get_runtime_context", lambda: type("C", (), {"get_node_id": lambda self: "x"})())
     monkeypatch.setattr(training.model, "device_mesh", lambda device, sharding, nodes, per_node: (sharding, nodes, per_node))
     cfg = TrainConfig(model="tiny", sharding=sharding)
-    return train.sharding_mesh(cfg, torch.device("cpu"), 0, len(node_of_rank))
+    return worker.sharding_mesh(cfg, torch.device("cpu"), 0, len(node_of_rank))
 
 
 def test_full_sharding_takes_an_uneven_placement(monkeypatch):
@@ -58,7 +58,7 @@ def _resume_worker(rank: int, store: str, out: str) -> None:
         calls.append(rank)
         return listings[rank]
 
-    chosen = train.rank0_choice(listing, rank)
+    chosen = worker.rank0_choice(listing, rank)
     torch.save({"chosen": chosen, "listed": calls}, f"{out}.{rank}")
     leave()
 

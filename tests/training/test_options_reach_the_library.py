@@ -1,5 +1,5 @@
 """Trainer options moved off their defaults reach the library that acts on them: the data pipeline's format
-and sources (training.data.packed_dataset, as training.train.real_datasets calls it) and peft's adapters."""
+and sources (training.data.packed_dataset, as training.driver.real_datasets calls it) and peft's adapters."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def data_calls(monkeypatch):
 
 
 def datasets_of(data_calls, **options):
-    from training.train import real_datasets
+    from training.driver import real_datasets
 
     real_datasets(TrainConfig(**{"data": "s3://bucket/train.jsonl", **options}))
     return data_calls

@@ -17,7 +17,8 @@ import torch.distributed.checkpoint as dcp
 
 from training import train
 from training.checkpoint import read_train_state, worker_position, write_train_state
-from training.config import parse_args, resume_changes
+from training.command_line import parse_args
+from training.config import resume_changes
 from training.storage import SETTINGS
 
 # The run as it was checkpointed: 2 workers, a global batch of 4 sequences of 64 tokens, LoRA on every linear layer.

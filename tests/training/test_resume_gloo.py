@@ -1,5 +1,5 @@
-"""Exact resume over gloo, without Ray: the worker's own setup (train.prepare_training: build, per-rank seeds,
-restore) and data position (train.train_batches), driven by a short copy of the training loop.
+"""Exact resume over gloo, without Ray: the worker's own setup (worker.prepare_training: build, per-rank seeds,
+restore) and data position (worker.train_batches), driven by a short copy of the training loop.
 
 1. Random state: two identical runs with LoRA dropout are identical, and a run killed after its checkpoint
    and resumed from it matches the uninterrupted run (the dropout masks continue where they were).
@@ -24,10 +24,11 @@ import torch
 import torch.distributed as dist
 
 from training import checkpoint as ckpt
-from training.config import TrainConfig, validate
+from training.config import TrainConfig
+from training.config_rules import validate
 from training.schedule import lr_at
 from training.step import train_step
-from training.train import global_batch_rows, prepare_training, train_batches
+from training.worker import global_batch_rows, prepare_training, train_batches
 from tests.process_group import leave, spawn
 
 SEQ_LEN = 32

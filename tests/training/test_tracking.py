@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import ROOT
 from training import tracking
-from training.config import ConfigError, TrainConfig, parse_args
+from training.command_line import parse_args
+from training.config import ConfigError, TrainConfig
 
 ARN = "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"
 

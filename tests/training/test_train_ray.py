@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from training import watchdog
-from training.config import TrainConfig, validate
+from training.config import TrainConfig
+from training.config_rules import validate
 from training.train import fit
 from tests.conftest import DATA, local_ray
 from tests.training import fault_chains

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from training.config import MAX_STEPS, ConfigError, TrainConfig, parse_args, validate
+from training.command_line import parse_args
+from training.config import MAX_STEPS, ConfigError, TrainConfig
+from training.config_rules import validate
 from training.inputs import check_inputs
 from training.train import main
 
@@ -335,7 +337,7 @@ def test_options_come_from_the_arguments_given_not_the_command_line(monkeypatch)
 def test_every_option_is_documented():
     import dataclasses
 
-    from training.config import _field_docs
+    from training.command_line import _field_docs
 
     assert set(_field_docs()) == {f.name for f in dataclasses.fields(TrainConfig)}
 
@@ -429,7 +431,8 @@ def test_the_trainer_refuses_precision_auto_unresolved(capsys):
 
 
 def test_sharding_auto_on_a_cluster_is_refused_and_on_one_machine_is_full(capsys):
-    from training.train import choose_layout, refuse_planner_autos
+    from training.driver import refuse_planner_autos
+    from training.worker import choose_layout
 
     assert main(["--model", "tiny", "--workers", "8"]) == 2  # sharding defaults to auto
     assert capsys.readouterr().err == ("error: --sharding: auto needs the planner: run python -m planning.train with the "

@@ -240,7 +240,7 @@ def test_every_worker_keeps_the_flight_recorder_under_torchs_own_setting_name(tm
     import sys
 
     from training.config import TrainConfig
-    from training.train import worker_env
+    from training.driver import worker_env
 
     env = worker_env(TrainConfig())
     flight_recorder = {k: v for k, v in env.items() if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))}

@@ -15,7 +15,8 @@ import pytest
 import ray
 
 from training.config import TrainConfig
-from training.train import nccl_log_dir, prepare_worker_process, runtime_env, worker_env
+from training.driver import prepare_worker_process, runtime_env, worker_env
+from training.worker import nccl_log_dir
 from tests.conftest import ROOT
 
 
@@ -29,7 +30,7 @@ def test_require_efa_sends_nccl_logs_to_a_per_run_folder():
 
 def test_setup_hook_makes_the_folder_in_a_fresh_process(tmp_path):
     target = tmp_path / "nested" / "nccl"
-    code = "from training.train import prepare_worker_process; prepare_worker_process()"
+    code = "from training.driver import prepare_worker_process; prepare_worker_process()"
     env = os.environ | {"NCCL_DEBUG_FILE": f"{target}/%h.%p.log", "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert target.is_dir()
