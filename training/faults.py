@@ -8,7 +8,8 @@ step, on the last rank unless said otherwise:
 - nan: rank 0's loss is NaN (the non-finite stop);
 - raise: an exception in the step;
 - hang: the rank blocks for ever (the watchdog's exit; training.watchdog.HANG_AT_STEP_ENV does the same);
-- kill: SIGKILL to the worker process (kill -9);
+- kill: SIGKILL to the worker process (kill -9); with saves of this rank still in flight, once every other rank's
+  part of them is in storage, so that what the kill cuts off is this rank's part alone, whatever the timing;
 - sigterm: SIGTERM to the worker process, waited for until its handler has run (training.preemption);
 - prestop: what the pod's preStop hook does (training.preemption.request_and_wait), on a thread; its line goes
   to <run>/.prestop-<step>.out; waited for until its request is there;
@@ -83,16 +84,19 @@ def at_step_start(cfg, step: int, rank: int, world: int, run_uri: str, model, ch
                     shipment.done.exception()  # done, whether it failed or not
         if cfg.inject_failure_at_step == step and _once("injected-failure", step, run_uri):
             os.kill(os.getpid(), signal.SIGKILL)  # kill -9: nothing of the trainer runs after it
-        _last_rank_faults(step, run_uri, waiting)
+        _last_rank_faults(step, run_uri, waiting, checkpoints, world)
     if nan and rank == 0:
         return model.register_forward_hook(lambda module, args, output: output * float("nan"))
     return None
 
 
-def _last_rank_faults(step: int, run_uri: str, waiting) -> None:
+def _last_rank_faults(step: int, run_uri: str, waiting, checkpoints=None, world: int = 1) -> None:
     if _once("raise", step, run_uri):
         raise RuntimeError(f"injected exception at step {step}")
     if _once("kill", step, run_uri):
+        with waiting("test fault: kill"):
+            for shipment in checkpoints.shipments if checkpoints is not None else []:
+                _wait_for(lambda: _others_uploaded(shipment.uri, world), f"the other ranks' part of {shipment.uri}")
         os.kill(os.getpid(), signal.SIGKILL)
     if _once("hang", step, run_uri):
         threading.Event().wait()
@@ -118,6 +122,18 @@ def _run_prestop_hook(step: int, run_uri: str) -> None:
 
     threading.Thread(target=hook, name="prestop-hook", daemon=True).start()
     _wait_for(lambda: (stop_dir() / REQUEST).exists(), f"the preStop hook's request at step {step}")
+
+
+def _others_uploaded(uri: str, world: int) -> bool:
+    """Whether every rank's part of the checkpoint at `uri` but the last rank's is in storage: DCP's index (rank 0),
+    their shard files (`__<rank>_<n>.distcp`, DCP's FileSystemWriter names) and random states."""
+    from training.storage import _file_sizes, _filesystem
+
+    fs, path = _filesystem(uri)
+    names = _file_sizes(fs, path)
+    others = range(world - 1)
+    return (".metadata" in names and all(f"rng-rank{rank}.pt" in names for rank in others)
+            and all(any(name.startswith(f"__{rank}_") for name in names) for rank in others))
 
 
 def _wait_for(done, what: str, timeout_s: float = 30.0) -> None:
