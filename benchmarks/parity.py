@@ -12,6 +12,8 @@ nothing about fp8. Here:
   checkpoint, as a user switching precision would) and trains --steps more at a fine-tuning learning rate
   (BRANCH_LR, cosine to a tenth), in its own data order.
 - Branches (BRANCHES): bf16 in data orders 1, 2 and 3; bf16 in order 1 again, the control; fp8 in orders 1 and 2.
+  --branches runs a subset, or a control in another order ("bf16, order 2, repeated (control)"); a run without all
+  three bf16 orders takes its tolerance from an earlier run's file (--tolerance-from).
 - The criterion, fixed before any fp8 branch is judged (criterion()): its tolerance is how far the data order alone
   moves bf16's final validation loss, the relative range of the three bf16 orders. A branch is at parity with the
   bf16 branch of its order when its final validation loss, and its mean training loss over the last third of the
@@ -28,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -40,6 +43,8 @@ BRANCH_LR = 1e-4
 BRANCHES = (("bf16, order 1", "bf16", 1), ("bf16, order 2", "bf16", 2), ("bf16, order 3", "bf16", 3),
             ("bf16, order 1, repeated (control)", "bf16", 1), ("fp8, order 1", "fp8", 1), ("fp8, order 2", "fp8", 2))
 CONTROL = "bf16, order 1, repeated (control)"
+CONTROL_SUFFIX = ", repeated (control)"
+BRANCH_NAME = re.compile(r"(bf16|fp8), order ([1-9])((?:, repeated \(control\))?)")
 HELD_OUT_EVERY = 10
 
 
@@ -85,11 +90,33 @@ def tail_mean(losses: list[float]) -> float:
     return sum(tail) / len(tail)
 
 
+def branches(names: str | None) -> list[tuple[str, str, int]]:
+    """(name, precision, data order) of each '|'-separated branch name (None: BRANCHES); ValueError naming
+    --branches for a name that is no branch. A control is bf16 repeated in an order that is also run."""
+    if names is None:
+        return list(BRANCHES)
+    chosen = []
+    for name in names.split("|"):
+        match = BRANCH_NAME.fullmatch(name.strip())
+        if not match or (match[3] and match[1] != "bf16"):
+            raise ValueError(f"--branches: {name.strip()!r} is no branch; names are 'bf16, order N', 'fp8, order N' and "
+                             f"'bf16, order N{CONTROL_SUFFIX}' (N from 1 to 9), '|'-separated")
+        chosen.append((name.strip(), match[1], int(match[2])))
+    for name, _, order in chosen:
+        if name.endswith(CONTROL_SUFFIX) and f"bf16, order {order}" not in [c[0] for c in chosen]:
+            raise ValueError(f"--branches: the control {name!r} needs 'bf16, order {order}' in the same run")
+    return chosen
+
+
+def is_control(name: str) -> bool:
+    return name.endswith(CONTROL_SUFFIX)
+
+
 def criterion(runs: dict[str, dict]) -> float:
     """The tolerance, from the bf16 branches of different data orders alone: their final validation losses'
     relative range (largest minus smallest, over their mean)."""
     return relative_range([run["val_loss"] for name, run in runs.items()
-                           if name.startswith("bf16, order") and name != CONTROL])
+                           if name.startswith("bf16, order") and not is_control(name)])
 
 
 def judge(name: str, run: dict, reference: dict, tolerance: float) -> tuple[bool, str]:
@@ -105,19 +132,36 @@ def judge(name: str, run: dict, reference: dict, tolerance: float) -> tuple[bool
                    f"{worst + 1}): {'parity holds' if holds else 'parity fails'} (tolerance {tolerance:.3%})")
 
 
-def verdict_lines(runs: dict[str, dict]) -> list[str]:
-    """The tolerance, the control's verdict, then each fp8 branch's (only where the control passed)."""
-    tolerance = criterion(runs)
-    orders = ", ".join(f"{run['val_loss']:.4f}" for name, run in runs.items() if name.startswith("bf16, order") and name != CONTROL)
-    lines = [f"tolerance: {tolerance:.3%}, the relative range of bf16's final validation loss over data orders ({orders})"]
-    control, line = judge(CONTROL, runs[CONTROL], runs["bf16, order 1"], tolerance)
-    lines.append(f"control: {line}")
+def verdict_lines(runs: dict[str, dict], earlier: dict | None = None) -> list[str]:
+    """The tolerance, the control's verdict, then each fp8 branch's (only where the control passed). earlier: the
+    tolerance {"tolerance", "file", "device"} of an earlier run, for a run without the three bf16 orders."""
+    if earlier is None:
+        tolerance = criterion(runs)
+        orders = ", ".join(f"{run['val_loss']:.4f}" for name, run in runs.items()
+                           if name.startswith("bf16, order") and not is_control(name))
+        lines = [f"tolerance: {tolerance:.3%}, the relative range of bf16's final validation loss over data orders ({orders})"]
+    else:
+        tolerance = earlier["tolerance"]
+        lines = [f"tolerance: {tolerance:.3%}, from {earlier['file']} ({earlier['device']}): its bf16 data orders' range"]
+    controls = [name for name in runs if is_control(name)]
+    passed = bool(controls)
+    for name in controls:
+        holds, line = judge(name, runs[name], runs[f"bf16, order {runs[name]['order']}"], tolerance)
+        passed = passed and holds
+        lines.append(f"control: {line}")
     for name, run in runs.items():
         if name.startswith("fp8"):
-            reference = runs[f"bf16, order {run['order']}"]
-            lines.append(judge(name, run, reference, tolerance)[1] if control
-                         else f"{name}: not judged: the control fails the criterion")
+            reference = runs.get(f"bf16, order {run['order']}")
+            lines.append(f"{name}: not judged: no bf16 branch in order {run['order']}" if reference is None
+                         else judge(name, run, reference, tolerance)[1] if passed
+                         else f"{name}: not judged: " + ("the control fails the criterion" if controls else "no control ran"))
     return lines
+
+
+def earlier_tolerance(path: str) -> dict:
+    """The tolerance an earlier run's parity.json sets (its three bf16 orders), with where it came from."""
+    earlier = json.loads(Path(path).read_text())
+    return {"tolerance": criterion(earlier["runs"]), "file": Path(path).name, "device": earlier["device"]}
 
 
 @contextlib.contextmanager
@@ -139,7 +183,7 @@ def _scratch_root() -> str | None:
     return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 40e9 else None
 
 
-def run(args) -> dict:
+def run(args, earlier: dict | None = None) -> dict:
     import dataclasses
 
     import torch.distributed as dist
@@ -173,6 +217,8 @@ def run(args) -> dict:
     results = {"corpus": {"root": str(root), "train_bytes": len(train), "validation_bytes": len(validation),
                           "python": sys.version.split()[0]}, "settings": vars(args) | {"branch_lr": BRANCH_LR},
                "device": torch.cuda.get_device_name(device) if cuda else "cpu", "runs": {}}
+    if earlier:
+        results["earlier"] = earlier
 
     def train_for(cfg, steps: int, order: int, lr, after=None) -> tuple:
         with emulated_fp8() if args.cpu and cfg.precision == "fp8" else contextlib.nullcontext():
@@ -195,7 +241,7 @@ def run(args) -> dict:
         print(json.dumps({"name": "warm bf16", "val_loss": results["warm"]["val_loss"], "step_s": step_s}), flush=True)
     ckpt.save(scratch / "warm", model, optimizer, args.warm_steps, 0, rank)
     del model, optimizer
-    for name, precision, order in BRANCHES:
+    for name, precision, order in args.branches:
         cfg = dataclasses.replace(base, precision=precision)
         model, optimizer, losses, step_s = train_for(
             cfg, args.steps, order, lambda i: lr_at(i, BRANCH_LR, 0, args.steps, 0.1),
@@ -241,7 +287,8 @@ def plot(results: dict, png: str) -> None:
     bottom.set_xlabel("step after the warm bf16 checkpoint")
     bottom.axhline(0, color="grey", lw=0.5)
     bottom.legend(fontsize=7)
-    fig.suptitle(f"fp8 vs bf16 from one warm checkpoint ({results['device']}); " + verdict_lines(runs)[0].split(",")[0])
+    fig.suptitle(f"fp8 vs bf16 from one warm checkpoint ({results['device']}); "
+                 + verdict_lines(runs, results.get("earlier"))[0].split(",")[0])
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -256,20 +303,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--eval-batches", type=int, default=16, help="held-out micro-batches per rank")
     parser.add_argument("--cpu", action="store_true", help="on the CPU over gloo, fp8 emulated (tests)")
+    parser.add_argument("--branches", default=None,
+                        help="'|'-separated branches to run, in this order (default: all of BRANCHES); "
+                             "a control in order N: 'bf16, order N, repeated (control)'")
+    parser.add_argument("--tolerance-from", default=None, metavar="JSON",
+                        help="an earlier run's parity.json whose bf16 data orders set the tolerance (for --branches "
+                             "without all three)")
     parser.add_argument("--plot", nargs=2, metavar=("JSON", "PNG"), help="draw an earlier run's curves, and print its verdict")
     args = parser.parse_args(argv)
     if args.plot:
         results = json.loads(Path(args.plot[0]).read_text())
         plot(results, args.plot[1])
-        print("\n".join(verdict_lines(results["runs"])))
+        print("\n".join(verdict_lines(results["runs"], results.get("earlier"))))
         return 0
     if min(args.warm_steps, args.steps, args.seq_len, args.micro_batch, args.eval_batches) < 1:
         print("error: --warm-steps, --steps, --seq-len, --micro-batch and --eval-batches must be at least 1", file=sys.stderr)
         return 2
+    try:
+        args.branches = branches(args.branches)
+        earlier = earlier_tolerance(args.tolerance_from) if args.tolerance_from else None
+    except (ValueError, OSError, KeyError) as error:
+        print(f"error: {error if isinstance(error, ValueError) else f'--tolerance-from: {args.tolerance_from}: {error}'}",
+              file=sys.stderr)
+        return 2
+    orders = {order for name, precision, order in args.branches if precision == "bf16" and not is_control(name)}
+    if earlier is None and len(orders) < 3:
+        print("error: --branches: fewer than three bf16 data orders set no tolerance; add --tolerance-from an earlier "
+              "run's parity.json", file=sys.stderr)
+        return 2
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    results = run(args)
+    results = run(args, earlier)
     if int(os.environ.get("RANK", 0)) == 0:
-        print("\n".join(verdict_lines(results["runs"])))
+        print("\n".join(verdict_lines(results["runs"], earlier)))
     return 0
 
 

@@ -185,9 +185,9 @@ FP8_80GB_MICRO_BATCH, FP8_80GB_LARGER = 4, (6,)
 def fp8_groups(default: Case, gpus: int, micro_batch: int | None = None,
                larger: tuple[int, ...] = FP8_MICRO_BATCHES) -> list[Group]:
     """Issues 35 and 39: the h200 step in bf16 and in float8 (tensorwise, float8 all-gather), and float8's levers
-    each alone: larger micro-batches, k/v in float8 too, Inductor's coordinate-descent tuning and max-autotune
-    (fusing casts and scales into neighbouring kernels), rowwise scaling; beside the bf16 peer and an FP8 peer
-    recipe, in one run; the matmul rates give the bf16 and FP8 peaks. micro_batch: every recipe at this one
+    each alone: larger micro-batches (bf16 and the bf16 peer at the first of them too), k/v in float8 too,
+    Inductor's coordinate-descent tuning and max-autotune (fusing casts and scales into neighbouring kernels),
+    rowwise scaling; beside the bf16 peer and an FP8 peer recipe, in one run; the matmul rates give the bf16 and FP8 peaks. micro_batch: every recipe at this one
     instead of the profile's (a GPU the profile does not fit); rowwise then left out (profiled instead)."""
     shape = {"micro_batch": micro_batch} if micro_batch else {}
     fp8 = {"precision": "fp8"} | shape
@@ -195,12 +195,16 @@ def fp8_groups(default: Case, gpus: int, micro_batch: int | None = None,
                                  overrides=dict(shape)),
              Case("trainer, fp8 tensorwise, float8 all-gather", overrides=fp8),
              *(Case(f"trainer, fp8, micro-batch {m}", overrides=fp8 | {"micro_batch": m}) for m in larger),
+             # bf16 at fp8's first larger micro-batch: how much of fp8's gain there is the micro-batch alone (an
+             # out-of-memory row where bf16 does not fit).
+             Case(f"trainer, bf16, micro-batch {larger[0]}", overrides={"micro_batch": larger[0]}),
              *(Case(f"trainer, fp8 + {lever}", overrides=fp8, levers=(lever,))
                for lever in ("fp8-kv", "coordinate-descent", "max-autotune")),
              *([] if micro_batch else [Case("trainer, fp8 rowwise", overrides=fp8, levers=("fp8-rowwise",))])]
     if gpus > 1:  # one GPU gathers nothing: float8 against bf16 all-gather only where the weights travel
         cases.insert(2, Case("trainer, fp8 tensorwise, bf16 all-gather", overrides=fp8, levers=("fp8-bf16-all-gather",)))
-    peers = [dataclasses.replace(peer, overrides=dict(shape)) for peer in (PEER, FP8_PEER)]
+    peers = [*(dataclasses.replace(peer, overrides=dict(shape)) for peer in (PEER, FP8_PEER)),
+             dataclasses.replace(PEER, name=f"{PEER.name}, micro-batch {larger[0]}", overrides={"micro_batch": larger[0]})]
     return [Group("main", gpus, cases, measure_matmul=True), Group("peer", gpus, peers)]
 
 

@@ -15,13 +15,24 @@ def test_fp8_suite_runs_bf16_fp8_and_each_fp8_lever_alone_and_both_peers_as_vali
     groups = {g.name: g for g in suites.plan("fp8", gpus=1)}
     main = groups["main"].cases
     configs = [c.train_config(suites.BENCH_MODEL) for c in main]
-    assert [c.precision for c in configs] == ["bf16"] + ["fp8"] * 7
-    assert [c.micro_batch for c in configs] == [8, 8, 12, 16, 8, 8, 8, 8]
-    assert [c.levers for c in main] == [(), (), (), (), ("fp8-kv",), ("coordinate-descent",), ("max-autotune",),
+    assert [c.precision for c in configs] == ["bf16"] + ["fp8"] * 3 + ["bf16"] + ["fp8"] * 4
+    assert [c.micro_batch for c in configs] == [8, 8, 12, 16, 12, 8, 8, 8, 8]
+    assert [c.levers for c in main] == [(), (), (), (), (), ("fp8-kv",), ("coordinate-descent",), ("max-autotune",),
                                         ("fp8-rowwise",)]
     assert groups["main"].measure_matmul
-    assert [c.recipe for c in groups["peer"].cases] == ["liger", "fp8-peer"]
+    peers = groups["peer"].cases
+    assert [c.recipe for c in peers] == ["liger", "fp8-peer", "liger"]
+    assert [c.train_config(suites.BENCH_MODEL).micro_batch for c in peers] == [8, 8, 12]
     assert all(name in levers.LEVERS for c in main for name in c.levers)
+
+
+def test_the_80gb_fp8_suite_runs_bf16_and_the_bf16_peer_at_fp8s_larger_micro_batch_too():
+    # Part of fp8's gain at 6 x 4096 could be the micro-batch alone: bf16 and the Liger peer run there as well.
+    groups = {g.name: g for g in suites.plan("fp8-80gb", gpus=1)}
+    shapes = [(c.train_config(suites.BENCH_MODEL).precision, c.recipe, c.train_config(suites.BENCH_MODEL).micro_batch)
+              for g in groups.values() for c in g.cases if not c.levers]
+    assert shapes == [("bf16", "trainer", 4), ("fp8", "trainer", 4), ("fp8", "trainer", 6), ("bf16", "trainer", 6),
+                      ("bf16", "liger", 4), ("bf16", "fp8-peer", 4), ("bf16", "liger", 6)]
 
 
 def test_the_fp8_suite_compares_float8_and_bf16_all_gather_where_weights_travel():

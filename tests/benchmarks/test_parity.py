@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
 
 import pytest
 import torch
@@ -100,3 +102,52 @@ def test_fp8_is_judged_against_bf16_of_its_own_data_order_once_the_control_passe
     # Against order 2's 2.04: +0.000%; against order 1's 2.00 it would be +2.0%, beyond the 1.98% tolerance.
     assert parity.verdict_lines(runs)[2].startswith("fp8, order 2: validation loss 2.0400 vs 2.0400 (+0.000%)")
     assert parity.verdict_lines(runs)[2].endswith("parity holds (tolerance 1.980%)")
+
+
+def test_branches_default_to_every_branch_and_name_a_control_in_any_order():
+    assert parity.branches(None) == list(parity.BRANCHES)
+    assert parity.branches("bf16, order 2|fp8, order 2|bf16, order 2, repeated (control)") == [
+        ("bf16, order 2", "bf16", 2), ("fp8, order 2", "fp8", 2), ("bf16, order 2, repeated (control)", "bf16", 2)]
+
+
+@pytest.mark.parametrize("names, message", [
+    ("bf16, order 2|fp8 order 2", "'fp8 order 2' is no branch"),
+    ("fp8, order 2, repeated (control)", "'fp8, order 2, repeated (control)' is no branch"),
+    ("fp8, order 2|bf16, order 2, repeated (control)", "the control 'bf16, order 2, repeated (control)' needs 'bf16, order 2'"),
+])
+def test_a_branch_that_cannot_be_run_or_judged_is_refused_naming_branches(names, message):
+    with pytest.raises(ValueError, match="^" + re.escape(f"--branches: {message}")):
+        parity.branches(names)
+
+
+def earlier_run(tmp_path) -> str:
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "runs": {
+        "bf16, order 1": run(2.00, [1.0]), "bf16, order 2": run(2.02, [1.0], 2), "bf16, order 3": run(1.98, [1.0], 3),
+        parity.CONTROL: run(2.00, [1.0]), "fp8, order 1": run(2.0, [1.0], 1, "fp8")}}))
+    return str(path)
+
+
+def test_a_subset_takes_its_tolerance_from_an_earlier_run_and_judges_fp8_once_its_own_control_passes(tmp_path):
+    earlier = parity.earlier_tolerance(earlier_run(tmp_path))
+    runs = {"bf16, order 2": run(2.00, [1.0], 2), "fp8, order 2": run(2.03, [1.0], 2, "fp8"),
+            "bf16, order 2, repeated (control)": run(2.01, [1.0], 2)}
+    lines = parity.verdict_lines(runs, earlier)
+    # The earlier run's orders: (2.02 - 1.98) / 2.00 = 2.000%; the control 2.01 / 2.00 - 1 = +0.5% holds, fp8 +1.5%.
+    assert lines[0] == "tolerance: 2.000%, from earlier.json (NVIDIA H100 80GB HBM3): its bf16 data orders' range"
+    assert lines[1].startswith("control: bf16, order 2, repeated (control): validation loss 2.0100 vs 2.0000 (+0.500%)")
+    assert lines[2].startswith("fp8, order 2: validation loss 2.0300 vs 2.0000 (+1.500%)")
+    assert lines[2].endswith("parity holds (tolerance 2.000%)")
+
+
+def test_fp8_is_not_judged_where_no_control_ran(tmp_path):
+    runs = {"bf16, order 2": run(2.00, [1.0], 2), "fp8, order 2": run(2.00, [1.0], 2, "fp8")}
+    assert parity.verdict_lines(runs, parity.earlier_tolerance(earlier_run(tmp_path)))[1:] == [
+        "fp8, order 2: not judged: no control ran"]
+
+
+def test_a_subset_without_three_bf16_orders_and_no_earlier_tolerance_is_one_line_before_anything_runs(tmp_path, capsys):
+    code = parity.main(["--out", str(tmp_path / "out"), "--cpu", "--branches", "bf16, order 2|fp8, order 2"])
+    assert code == 2 and not (tmp_path / "out").exists()
+    assert capsys.readouterr().err == ("error: --branches: fewer than three bf16 data orders set no tolerance; add "
+                                       "--tolerance-from an earlier run's parity.json\n")

@@ -3,9 +3,10 @@ exports hold plain tensors, the fp32 master weights.
 
 The trainer's own build of an fp8 run (torchao's float8 emulated: the CPU has no FP8), with float8 all-gather, on
 2 gloo ranks and on 1: its checkpoint resumes in fp8 and in bf16, it exports live on both world sizes, and
-`python -m training.export` exports the checkpoint in a process that never imports torchao. On torchao's wrapper
-(WeightWithDynamicFloat8CastTensor) the one-rank export failed in save_pretrained, and the offline export on
-unpickling the checkpoint.
+`python -m training.export` exports the checkpoint in a process that never imports torchao. On a machine with FP8
+GPUs the same runs use them (NCCL, real float8; their workers spawned, not forked: see tests.process_group.spawn):
+on one GPU, world size 1 alone, which then checkpoints too. On torchao's wrapper (WeightWithDynamicFloat8CastTensor)
+the one-rank export failed in save_pretrained, and the offline export on unpickling the checkpoint.
 """
 
 from __future__ import annotations
@@ -29,30 +30,42 @@ pytest.importorskip("torchao.float8")
 
 STEPS = 2
 SEQ, MICRO = 16, 2
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9) else 0
+WORLDS = (1,) if GPUS == 1 else (2, 1)
+CHECKPOINTED = WORLDS[0]  # the world size that also checkpoints and resumes
 
 
 def _config(precision: str) -> TrainConfig:
     return TrainConfig(model="tiny", seq_len=SEQ, micro_batch=MICRO, seed=3, precision=precision)
 
 
+def _device(rank: int) -> torch.device:
+    return torch.device("cuda", rank) if GPUS else torch.device("cpu")
+
+
 def _build(precision: str, rank: int, world: int):
-    """The trainer's build_model and optimizer; fp8 with torchao's CPU emulation."""
+    """The trainer's build_model and optimizer; on the CPU, fp8 with torchao's emulation."""
+    import contextlib
     from unittest import mock
 
     from training import fp8, model as model_module
     from training.step import make_optimizer
 
-    with mock.patch.object(model_module, "check_fp8_device", lambda device: None), \
-         mock.patch.object(model_module, "convert_to_fp8", lambda m: fp8.convert_to_fp8(m, emulate=True)):
-        model = model_module.build_model(_config(precision), torch.device("cpu"), rank, world)
-    return model, make_optimizer(model, 1e-3, 0.1, torch.device("cpu"))
+    with contextlib.ExitStack() as emulated:
+        if not GPUS:
+            emulated.enter_context(mock.patch.object(model_module, "check_fp8_device", lambda device: None))
+            emulated.enter_context(mock.patch.object(model_module, "convert_to_fp8",
+                                                     lambda m: fp8.convert_to_fp8(m, emulate=True)))
+        model = model_module.build_model(_config(precision), _device(rank), rank, world)
+    return model, make_optimizer(model, 1e-3, 0.1, _device(rank))
 
 
 def _step(model, optimizer, batches, precision: str) -> float:
     from training.fp8 import after_optimizer_step
     from training.step import train_step
 
-    return train_step(model, optimizer, batches, 1, 1.0, 1e-3, torch.device("cpu"),
+    device = next(model.parameters()).device
+    return train_step(model, optimizer, batches, 1, 1.0, 1e-3, device,
                       after_update=after_optimizer_step if precision == "fp8" else None).loss
 
 
@@ -71,7 +84,7 @@ def _plain(value) -> torch.Tensor:
     inner = getattr(local, "_tensor", local)
     full = DTensor.from_local(inner, value.device_mesh, value.placements, shape=value.shape,
                               stride=value.stride()).full_tensor() if isinstance(value, DTensor) else inner
-    return full.detach().clone()
+    return full.detach().cpu().clone()
 
 
 def _full_weights(model) -> dict[str, torch.Tensor]:
@@ -98,7 +111,9 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
     from training.export import export_live
     from tests.process_group import leave
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    dist.init_process_group("nccl" if GPUS else "gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    if GPUS:
+        torch.cuda.set_device(_device(rank))
     torch.set_num_threads(1)
     model, optimizer = _build("fp8", rank, world)
     batches = _batches(world, rank)
@@ -109,7 +124,7 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
         export_live(model, _config("fp8"), f"{tmp}/live-world{world}", rank)
     except Exception as error:  # the test that reads the export says why there is none
         result["export error"] = f"{type(error).__name__}: {error}"
-    if world > 1:
+    if world == CHECKPOINTED:
         # Each worker uploads its folder into the run's checkpoint folder; rank 0 commits it.
         ckpt.Checkpoints(False, rank, world, f"{tmp}/run", "fp8", print, settings=dataclasses.asdict(_config("fp8"))).save(
             model, optimizer, STEPS, STEPS * world * MICRO, wait=True)
@@ -140,8 +155,8 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
 @pytest.fixture(scope="module")
 def fp8_run(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("fp8-state")
-    for world in (2, 1):
-        spawn(_worker, args=(world, str(tmp / f"store{world}"), str(tmp)), nprocs=world)
+    for world in WORLDS:
+        spawn(_worker, args=(world, str(tmp / f"store{world}"), str(tmp)), nprocs=world, cuda=bool(GPUS))
     return tmp
 
 
@@ -171,16 +186,16 @@ def offline_export(fp8_run) -> subprocess.CompletedProcess:
                           cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300)
 
 
-def _run(fp8_run: Path, world: int) -> dict:
+def _run(fp8_run: Path, world: int = CHECKPOINTED) -> dict:
     return torch.load(fp8_run / f"world{world}.pt", weights_only=False)
 
 
 def test_the_fp8_runs_weights_are_torchaos_float8_wrapper(fp8_run):
     # What the fix is for: with float8 all-gather, torchao wraps each converted weight.
-    assert _run(fp8_run, 2)["wrapped"] == _run(fp8_run, 1)["wrapped"] == "WeightWithDynamicFloat8CastTensor"
+    assert {_run(fp8_run, world)["wrapped"] for world in WORLDS} == {"WeightWithDynamicFloat8CastTensor"}
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", WORLDS)
 def test_an_fp8_run_exports_live_the_weights_it_trained(fp8_run, world):
     from safetensors.torch import load_file
 
@@ -198,15 +213,16 @@ def test_the_checkpoint_exports_offline_without_torchao(fp8_run, offline_export)
 
     assert "torchao never imported [0," in offline_export.stdout, offline_export.stderr[-2000:]
     offline = load_file(fp8_run / "offline" / "model.safetensors")
-    live = load_file(fp8_run / "live-world2" / "model.safetensors")
+    live = load_file(fp8_run / f"live-world{CHECKPOINTED}" / "model.safetensors")
     assert offline.keys() == live.keys()
     assert all(torch.equal(offline[k], live[k]) for k in live)
 
 
 def test_an_fp8_checkpoint_resumes_in_fp8_where_it_stopped(fp8_run):
-    run = _run(fp8_run, 2)
+    run = _run(fp8_run)
     assert all(torch.equal(run["loaded in fp8"][k], v) for k, v in run["saved"].items())
-    # Two steps on: the second loss and the state after them see the loaded AdamW moments, bit for bit.
+    # Two steps on: the second loss and the state after them see the loaded AdamW moments, bit for bit (the
+    # GPU variant too: an H100's resumed fp8 step was bit-equal, 2026-12-06).
     assert run["resumed in fp8"] == run["uninterrupted"]
     resumed, uninterrupted = run["resumed state in fp8"], run["uninterrupted state"]
     assert resumed.keys() == uninterrupted.keys() and any(k.endswith(" exp_avg_sq") for k in resumed)
@@ -214,7 +230,7 @@ def test_an_fp8_checkpoint_resumes_in_fp8_where_it_stopped(fp8_run):
 
 
 def test_an_fp8_checkpoint_resumes_in_bf16(fp8_run):
-    run = _run(fp8_run, 2)
+    run = _run(fp8_run)
     assert all(torch.equal(run["loaded in bf16"][k], v) for k, v in run["saved"].items())
     # The same weights and batch without float8 rounding: within the 2% of the fp8 parity test.
     [resumed], first = run["resumed in bf16"], run["uninterrupted"][0]
