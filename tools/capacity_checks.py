@@ -324,6 +324,17 @@ def spot_price_check(s: Settings, cache: dict) -> Check:
                  f"{price / on_demand:.0%} of on-demand ${on_demand}/h; cached for the synth's review (it moves)")
 
 
+def placement_mismatches(reservation: dict, s: Settings) -> list[str]:
+    """How a capacity reservation's (or block's) instance type and zone differ from the GPU nodes' settings: it
+    launches only that type in that zone (EC2 API Reference, CapacityReservation)."""
+    problems = []
+    if reservation.get("InstanceType") != s.gpu_instance_type:
+        problems.append(f"it holds {reservation.get('InstanceType')}, not {s.gpu_instance_type}")
+    if reservation.get("AvailabilityZone") != s.gpu_availability_zone:
+        problems.append(f"it is in {reservation.get('AvailabilityZone')}, not {s.gpu_availability_zone}")
+    return problems
+
+
 def check_capacity_block(ec2, s: Settings, job_s: float | None, now: datetime | None = None) -> list[Check]:
     """The block the settings name: a Capacity Block of the GPU type, in the GPU zone, with gpu_node_count
     instances, active (or starting before the job's attempts give up); and whether the job, predicted at job_s
@@ -337,10 +348,7 @@ def check_capacity_block(ec2, s: Settings, job_s: float | None, now: datetime | 
     problems = []
     if block.get("ReservationType") != "capacity-block":
         problems.append(f"it is an On-Demand Capacity Reservation, not a Capacity Block (use gpu_capacity_type=on-demand)")
-    if block.get("InstanceType") != s.gpu_instance_type:
-        problems.append(f"it holds {block.get('InstanceType')}, not {s.gpu_instance_type}")
-    if block.get("AvailabilityZone") != s.gpu_availability_zone:
-        problems.append(f"it is in {block.get('AvailabilityZone')}, not {s.gpu_availability_zone}")
+    problems += placement_mismatches(block, s)
     if block.get("TotalInstanceCount", 0) < s.gpu_node_count:
         problems.append(f"it holds {block.get('TotalInstanceCount', 0)} instance(s), gpu_node_count is {s.gpu_node_count}")
     start, end, state = block.get("StartDate"), block.get("EndDate"), block.get("State")

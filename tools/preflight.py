@@ -169,10 +169,7 @@ def check_capacity_reservation(ec2, s: Settings) -> list[Check]:
     problems = []
     if cr.get("State") != "active":
         problems.append(f"its state is {cr.get('State')}, not active")
-    if cr.get("InstanceType") != s.gpu_instance_type:
-        problems.append(f"it holds {cr.get('InstanceType')}, not {s.gpu_instance_type}")
-    if cr.get("AvailabilityZone") != s.gpu_availability_zone:
-        problems.append(f"it is in {cr.get('AvailabilityZone')}, not {s.gpu_availability_zone}")
+    problems += capacity.placement_mismatches(cr, s)
     available = cr.get("AvailableInstanceCount", 0)
     if available < s.gpu_node_count:
         problems.append(f"{available} instance(s) available, {s.gpu_node_count} needed")
