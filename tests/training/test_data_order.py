@@ -134,6 +134,8 @@ def one_rank_group(tmp_path):
 
 def validation_with(monkeypatch, rows: int, micro_batch: int, eval_batches: int) -> list[dict]:
     """One worker's validation, on the blocks a first attempt of one worker sets (eval_batches x micro_batch)."""
+    import ray.train  # a submodule: `import ray` alone does not load it
+
     from training.validation_set import validation_batches
 
     shard = ray.data.from_items([{"input_ids": np.full(8, i), "labels": np.full(8, i), "position_ids": np.arange(8),
