@@ -142,3 +142,22 @@ def test_retiring_keeps_the_newest_two_and_what_may_still_be_arriving(tmp_path):
     assert sorted(gone) == [f"{run}/checkpoint_00000010_a", f"{run}/checkpoint_00000025_a"]
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint_00000020_a", "checkpoint_00000030_a",
                                                      "checkpoint_00000040_a", "checkpoint_00000050_a"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_background_save_whose_upload_is_refused_stops_the_run_at_the_next_step(tmp_path):
+    """The storage refuses the upload (S3 AccessDenied) while the next steps run: poll() after the next step raises,
+    so the run stops and its retry resumes the newest committed checkpoint, instead of training on with nothing
+    saved and losing every step since at the next crash. One process, no process group: DCP saves alone."""
+    import torch
+
+    def refused(local: str, uri: str) -> None:
+        raise PermissionError(f"AccessDenied: PutObject on {uri}")
+
+    logged = []
+    saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", logged.append, upload=refused)
+    model = torch.nn.Linear(2, 2)
+    saves.save(model, torch.optim.AdamW(model.parameters()), step=10, data_position=10)
+    saves.shipments[0].done.exception(timeout=30)  # the background upload has failed
+    with pytest.raises(ckpt.CheckpointFailed, match=r"^checkpoint of step 10: PermissionError: AccessDenied: PutObject"):
+        saves.poll()
