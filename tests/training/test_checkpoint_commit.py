@@ -144,20 +144,62 @@ def test_retiring_keeps_the_newest_two_and_what_may_still_be_arriving(tmp_path):
                                                      "checkpoint_00000040_a", "checkpoint_00000050_a"]
 
 
+def _linear():
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    return model, torch.optim.AdamW(model.parameters())
+
+
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_a_background_save_whose_upload_is_refused_stops_the_run_at_the_next_step(tmp_path):
     """The storage refuses the upload (S3 AccessDenied) while the next steps run: poll() after the next step raises,
     so the run stops and its retry resumes the newest committed checkpoint, instead of training on with nothing
     saved and losing every step since at the next crash. One process, no process group: DCP saves alone."""
-    import torch
-
     def refused(local: str, uri: str) -> None:
         raise PermissionError(f"AccessDenied: PutObject on {uri}")
 
     logged = []
     saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", logged.append, upload=refused)
-    model = torch.nn.Linear(2, 2)
-    saves.save(model, torch.optim.AdamW(model.parameters()), step=10, data_position=10)
+    saves.save(*_linear(), step=10, data_position=10)
     saves.shipments[0].done.exception(timeout=30)  # the background upload has failed
     with pytest.raises(ckpt.CheckpointFailed, match=r"^checkpoint of step 10: PermissionError: AccessDenied: PutObject"):
         saves.poll()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_stop_save_on_rank_1_returns_only_once_rank_0_has_committed_it(tmp_path, monkeypatch):
+    """Rank 1's own upload is done at once; rank 0's commit marker comes 0.5 s later. The stop's save (wait=True)
+    answers the pod's preStop hook when it returns: returning before the marker would let the kubelet kill the pod
+    while the checkpoint is still uncommitted (Kubernetes runs the hook, then sends SIGTERM)."""
+    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.05)
+    run = tmp_path / "run"
+    marker = run / ckpt.checkpoint_folder_name(10, "a") / COMMIT
+
+    def rank_0_commits_late() -> None:
+        time.sleep(0.5)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("{}")
+
+    threading.Thread(target=rank_0_commits_late).start()
+    ckpt.Checkpoints(False, 1, 2, str(run), "a", print).save(*_linear(), step=10, data_position=10, wait=True)
+    assert marker.exists()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_stopping_line_names_the_save_that_was_still_uploading_when_the_loop_stopped(tmp_path, capsys):
+    """One worker; step 10's upload takes 0.5 s and the loop stops right after the save began: finish() waits for
+    it, so the line names step 10, committed by then, not 'no checkpoint is committed'."""
+    from training.storage import upload_folder
+
+    def slow_upload(local: str, uri: str) -> None:
+        time.sleep(0.5)
+        upload_folder(local, uri)
+
+    run = tmp_path / "run"
+    saves = ckpt.Checkpoints(False, 0, 1, str(run), "a", print, upload=slow_upload)
+    saves.save(*_linear(), step=10, data_position=10)
+    line = saves.finish()
+    uri = f"{run}/{ckpt.checkpoint_folder_name(10, 'a')}"
+    assert line == f"the newest committed checkpoint is step 10 ({uri}): a retry or a rerun resumes there"
+    assert f"rank 0 stopping: {line}" in capsys.readouterr().out
