@@ -190,6 +190,22 @@ def test_a_tracker_back_from_a_failure_is_waited_for_at_the_end_like_any_other(m
     assert backend.steps() == [1, 2] and not any("not sent" in line for line in lines)
 
 
+def test_a_tracker_down_past_its_queue_gets_the_newest_steps_and_the_end(monkeypatch):
+    """Room for 5 records; the tracker is down while 10 steps are logged (with the params and tags, 12 records):
+    the oldest go, so when it is back at the close it gets steps 7-10 and the run's end, what the user looks at."""
+    monkeypatch.setattr(tracking, "MAX_PENDING", 5)
+    monkeypatch.setattr(tracking, "RETRY_S", 30.0)
+    backend = Backend(fails=1)
+    tracker = sender(backend, [])
+    deadline = time.monotonic() + 5
+    while not backend.opened and time.monotonic() < deadline:  # the first try failed; the next is at the close
+        time.sleep(0.01)
+    for step in range(1, 11):
+        tracker.step(step_record(step))
+    tracker.close()
+    assert backend.steps() == [7, 8, 9, 10] and backend.sent[-1] == ("end", ("FINISHED", {}))
+
+
 def test_a_resumed_run_sends_only_the_steps_its_tracker_does_not_hold():
     """The checkpoint is at step 3, the tracker holds steps up to 4 (logged before the restart): of the retrained
     steps 4-6, only 5 and 6 are sent."""
