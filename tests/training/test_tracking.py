@@ -217,6 +217,28 @@ def test_a_resumed_run_sends_only_the_steps_its_tracker_does_not_hold():
     assert backend.steps() == [5, 6] and backend.sent[-1] == ("end", ("FAILED", {}))
 
 
+def test_a_resumed_wandb_run_gets_every_step_after_the_last_one_it_holds(tmp_path, monkeypatch):
+    """W&B holds steps up to 4: wandb-core resumes the run with starting_step 5, the step after the last `_step` in
+    its history (core/internal/runbranch/resume.go). The retrained steps 4-6 reach run.log as 5 and 6: 4 is not
+    logged twice, and 5 is not lost."""
+    import sys
+    import types
+
+    logged = []
+    config = types.SimpleNamespace(update=lambda values, allow_val_change: None)
+    resumed = types.SimpleNamespace(resumed=True, starting_step=5, config=config, summary={},
+                                    log=lambda metrics, step: logged.append(step), finish=lambda exit_code: None)
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kwargs: resumed,
+                                                                    Settings=lambda **kwargs: None))
+    monkeypatch.delenv(tracking.WANDB_SECRET_ENV, raising=False)
+    backend = tracking._Wandb("demo", None, "r", str(tmp_path))
+    tracker = tracking._Sender(backend, str(tmp_path), {}, {}, print)
+    for step in range(4, 7):
+        tracker.step(step_record(step))
+    tracker.close()
+    assert logged == [5, 6]
+
+
 class Client:
     """What MlflowClient is asked to log (log_batch) and end (set_terminated)."""
 
