@@ -72,6 +72,14 @@ def test_the_pods_install_only_what_their_image_lacks(monkeypatch):
     assert tracking.runtime_env(TrainConfig()) == {}
 
 
+def test_only_rank_0_opens_a_tracker():
+    """Every worker runs the same loop: a tracker on each would log every step once per worker and race on
+    tracking.json. Rank 0 alone logs, as in Ray Train's experiment tracking guide."""
+    cfg = TrainConfig(tracking="mlflow", mlflow_tracking_uri="http://127.0.0.1:9")
+    assert type(tracking.start(cfg, "runs/r", 1, 0, None)) is tracking.Tracker
+    assert type(tracking.start(TrainConfig(), "runs/r", 0, 0, None)) is tracking.Tracker
+
+
 class Backend:
     """A tracker that records what it is sent; open() fails `fails` times, each send() takes `seconds`."""
 
