@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import struct
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -230,7 +231,6 @@ def test_a_resumed_wandb_run_gets_every_step_after_the_last_one_it_holds(tmp_pat
     its history (core/internal/runbranch/resume.go). The retrained steps 4-6 reach run.log as 5 and 6: 4 is not
     logged twice, and 5 is not lost."""
     import sys
-    import types
 
     logged = []
     config = types.SimpleNamespace(update=lambda values, allow_val_change: None)
@@ -260,6 +260,58 @@ class Client:
 
     def set_terminated(self, run_id, status):
         self.ended.append(status)
+
+
+class Server:
+    """An MLflow server's runs, as MlflowClient(uri) shows them: experiments by name, runs by id."""
+
+    def __init__(self) -> None:
+        self.experiments: dict[str, str] = {}
+        self.runs: list[str] = []
+
+    def client(self, uri: str) -> "Server":
+        return self
+
+    def get_experiment_by_name(self, name):
+        return types.SimpleNamespace(experiment_id=self.experiments[name]) if name in self.experiments else None
+
+    def create_experiment(self, name):
+        self.experiments[name] = str(len(self.experiments) + 1)
+        return self.experiments[name]
+
+    def create_run(self, experiment_id, run_name=None):
+        self.runs.append(f"run{len(self.runs) + 1}")
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=self.runs[-1]))
+
+    def get_run(self, run_id):
+        assert run_id in self.runs
+        return types.SimpleNamespace(data=types.SimpleNamespace(params={}))
+
+    def update_run(self, run_id, status):
+        pass
+
+    def get_metric_history(self, run_id, key):
+        return []
+
+
+def test_a_retry_continues_the_mlflow_run_its_first_attempt_created(tmp_path, monkeypatch):
+    """Each attempt (a job retry, a worker-group restart) opens the tracker anew: the second finds the run the first
+    created, under the same tracking URI and experiment, and logs to it (one MLflow run, one curve), and a rerun into
+    another experiment gets a run of its own there."""
+    import sys
+
+    server = Server()
+    monkeypatch.setitem(sys.modules, "mlflow", types.SimpleNamespace(MlflowClient=server.client,
+                                                                     set_tracking_uri=lambda uri: None))
+    monkeypatch.setitem(sys.modules, "mlflow.exceptions", types.SimpleNamespace(MlflowException=RuntimeError))
+    run = str(tmp_path / "r")
+    attempts = [tracking._Mlflow("http://mlflow:5000", "team", "r") for _ in range(2)]
+    for attempt in attempts:
+        attempt.open(run)
+    assert [a.run_id for a in attempts] == ["run1", "run1"] and server.runs == ["run1"]
+    elsewhere = tracking._Mlflow("http://mlflow:5000", "other", "r")
+    elsewhere.open(run)
+    assert elsewhere.run_id == "run2" and server.experiments == {"team": "1", "other": "2"}
 
 
 def test_mlflow_keeps_a_resumed_runs_params_and_tags_the_values_that_changed():
