@@ -203,3 +203,17 @@ def test_the_stopping_line_names_the_save_that_was_still_uploading_when_the_loop
     uri = f"{run}/{ckpt.checkpoint_folder_name(10, 'a')}"
     assert line == f"the newest committed checkpoint is step 10 ({uri}): a retry or a rerun resumes there"
     assert f"rank 0 stopping: {line}" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_retry_that_saves_a_step_again_never_mixes_in_what_an_earlier_attempt_left_there(tmp_path):
+    """Attempt a (2 workers) was cut off saving step 10: only rank 1's shard and random state arrived. Attempt b
+    (1 worker) saves step 10 again: its checkpoint holds its own files only, no rank 1 state of another world size
+    that a resume would restore, and a's partial folder stays what it was."""
+    run = tmp_path / "run"
+    earlier = _write(run / ckpt.checkpoint_folder_name(10, "a"), 10, committed=False,
+                     without=(".metadata", "__0_0.distcp", "rng-rank0.pt", "train_state.json"))
+    ckpt.Checkpoints(False, 0, 1, str(run), "b", print).save(*_linear(), step=10, data_position=10, wait=True)
+    chosen, _ = ckpt.resume_choice(str(run))
+    assert chosen is not None and not (Path(chosen) / "rng-rank1.pt").exists()
+    assert sorted(p.name for p in earlier.iterdir()) == ["__1_0.distcp", "rng-rank1.pt"]
