@@ -217,3 +217,13 @@ def test_a_retry_that_saves_a_step_again_never_mixes_in_what_an_earlier_attempt_
     chosen, _ = ckpt.resume_choice(str(run))
     assert chosen is not None and not (Path(chosen) / "rng-rank1.pt").exists()
     assert sorted(p.name for p in earlier.iterdir()) == ["__1_0.distcp", "rng-rank1.pt"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_save_the_trainer_wrote_counts_only_once_committed(tmp_path):
+    """Every file of a one-worker save is there but rank 0 stopped before its commit marker: the trainer's own
+    save states the commit protocol, so it is passed over and not taken for a checkpoint written before markers."""
+    folder = tmp_path / "run" / ckpt.checkpoint_folder_name(10, "a")
+    ckpt.save(folder, *_linear(), step=10, data_position=10, rank=0, world=1)
+    [found] = scan_checkpoints(str(tmp_path / "run"))
+    assert (found.complete, found.why) == (False, "no commit marker: every file is there, but the save stopped before its commit")
