@@ -169,7 +169,7 @@ def test_a_background_save_whose_upload_is_refused_stops_the_run_at_the_next_ste
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_a_stop_save_on_rank_1_returns_only_once_rank_0_has_committed_it(tmp_path, monkeypatch):
-    """Rank 1's own upload is done at once; rank 0's commit marker comes 0.5 s later. The stop's save (wait=True)
+    """Rank 1's own upload is done at once; rank 0's commit marker comes 0.2 s later. The stop's save (wait=True)
     answers the pod's preStop hook when it returns: returning before the marker would let the kubelet kill the pod
     while the checkpoint is still uncommitted (Kubernetes runs the hook, then sends SIGTERM)."""
     monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.05)
@@ -177,7 +177,7 @@ def test_a_stop_save_on_rank_1_returns_only_once_rank_0_has_committed_it(tmp_pat
     marker = run / ckpt.checkpoint_folder_name(10, "a") / COMMIT
 
     def rank_0_commits_late() -> None:
-        time.sleep(0.5)
+        time.sleep(0.2)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text("{}")
 
@@ -188,12 +188,12 @@ def test_a_stop_save_on_rank_1_returns_only_once_rank_0_has_committed_it(tmp_pat
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_the_stopping_line_names_the_save_that_was_still_uploading_when_the_loop_stopped(tmp_path, capsys):
-    """One worker; step 10's upload takes 0.5 s and the loop stops right after the save began: finish() waits for
+    """One worker; step 10's upload takes 0.2 s and the loop stops right after the save began: finish() waits for
     it, so the line names step 10, committed by then, not 'no checkpoint is committed'."""
     from training.storage import upload_folder
 
     def slow_upload(local: str, uri: str) -> None:
-        time.sleep(0.5)
+        time.sleep(0.2)
         upload_folder(local, uri)
 
     run = tmp_path / "run"
