@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 STOP_DIR_ENV = "TRAINER_STOP_DIR"
@@ -108,6 +109,25 @@ class StopRequest:
         _write_atomically(self.folder / ANSWER, f"{self._pending} {what}")
         self._answered.add(self._pending)
         self._pending = None
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """What the loop does once a step is done: save it, wait until that checkpoint is committed, end the attempt."""
+
+    save: bool
+    wait: bool
+    end_attempt: bool
+
+
+def step_end(step: int, steps: int, checkpoint_every: int, asked: float, signalled: float) -> StepEnd:
+    """The last step and every checkpoint_every-th are saved, the last waited for. A stop request (asked: the pod's
+    preStop hook, signalled: SIGTERM to a worker; votes summed over the ranks) saves this step too, waited for until
+    committed: the hook is answered right after, and the kubelet then sends SIGTERM. Only SIGTERM ends the attempt;
+    after the hook's answer it trains on until Ray ends it as a preemption (this module's docstring)."""
+    stop = bool(asked or signalled)
+    save = step == steps or bool(checkpoint_every and step % checkpoint_every == 0) or stop
+    return StepEnd(save=save, wait=save and (step == steps or stop), end_attempt=bool(signalled))
 
 
 def install_sigterm_handler() -> bool:

@@ -158,13 +158,14 @@ def train_func(config: dict) -> dict:
                 if metrics_log:
                     metrics_log.add(last.fields())
                 tracker.step(last.fields())
-            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or asked or signalled:
-                save(step, wait=step == cfg.steps or bool(asked or signalled))
+            end = preemption.step_end(step, cfg.steps, cfg.checkpoint_every, asked, signalled)
+            if end.save:
+                save(step, wait=end.wait)
             if asked or signalled:
                 stop.answer(f"step {step}")
                 why = "SIGTERM to a worker" if signalled else "a pod's preStop hook"
                 log(rank, f"stop requested ({why}): the checkpoint of step {step} is committed")
-                if signalled:
+                if end.end_attempt:
                     raise preemption.StopRequested(f"stopped after step {step} on SIGTERM; its checkpoint is committed, "
                                                    "a retry resumes there")
     except NonFiniteStep as error:  # no update was applied, and no checkpoint of this state is written

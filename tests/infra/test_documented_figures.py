@@ -142,6 +142,20 @@ def test_the_checkpoint_size_is_the_one_measured():
     assert len(documented) == 2 and {float(d) for d in documented} == sizes
 
 
+def test_the_stop_line_names_the_grace_period_of_the_gpu_worker_pods(template, printed):
+    """Kubernetes gives a pod the terminationGracePeriodSeconds of its own spec, 30 s where it sets none (the head's
+    case): the stop line names what the GPU worker pods, those a drain stops mid-save, get."""
+    from tools.seams import kube
+    from tools.seams.cfn import Resolver
+
+    [job] = [obj for _, obj, _ in kube.manifests(Resolver(template.to_json(), "us-east-2")) if obj["kind"] == "RayJob"]
+    cluster = job["spec"]["rayClusterSpec"]
+    worker_grace = cluster["workerGroupSpecs"][0]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert "terminationGracePeriodSeconds" not in cluster["headGroupSpec"]["template"]["spec"] and worker_grace != 30
+    [line] = [line for line in printed if line.lstrip().startswith("stop: ")]
+    assert line.endswith(f"; the worker pods get {worker_grace} s")
+
+
 def test_the_image_pull_trade(template):
     """The NAT's pulls against the cache, at one job a day (us-east-2 list prices; ECR storage $0.10/GB-month,
     Amazon ECR pricing)."""

@@ -241,3 +241,28 @@ def test_a_secret_granted_by_its_bare_name_is_not_the_secret_the_pods_read():
 def test_an_http_tracker_and_no_tracker_make_no_aws_call():
     assert w.tracking_calls(Resolver({"Resources": pod_identity_role("training", "ray", [])}, "us-east-2"),
                             [tracked_job("--tracking=mlflow --mlflow-tracking-uri=http://mlflow:5000")]) == []
+
+
+def granted(mlflow_tracking_uri: str) -> list[dict]:
+    """The statements grant_tracking_access gives a role, as CloudFormation gets them."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template
+
+    from cdk_constructs.tracking_access import grant_tracking_access
+
+    stack = Stack(App(), "Tracking")
+    role = iam.Role(stack, "Ray", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"))
+    grant_tracking_access(role, mlflow_tracking_uri, None)
+    [policy] = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+@pytest.mark.parametrize("uri", [SERVER, APP], ids=["tracking server", "MLflow App"])
+def test_the_pods_role_allows_every_call_the_trainer_makes_on_its_tracking_server_or_app(uri):
+    """What the stack grants, judged as IAM evaluates it against the trainer's calls: on an app they are
+    sagemaker:CallMlflowAppApi (the plugin signs for the service sagemaker), on a tracking server the
+    sagemaker-mlflow actions, which alone hold no app action."""
+    statements = granted(uri)
+    assert tracking_denials(statements, tracked_job(f"--tracking=mlflow --mlflow-tracking-uri={uri}")) == []
+    assert ("sagemaker:CallMlflowAppApi" in statements[0]["Action"]) == (uri == APP)

@@ -405,6 +405,9 @@ EDGES_ACCEPTED = [
     {"training.image": "docker.io/rayproject/ray:2.58.0", "image_pull_through_cache": False},
     # The default run needs 34.7 s to save a drained pod's step (planning/checkpoint_time.py).
     {"training.termination_grace_period_seconds": 35}, {"training.termination_grace_period_seconds": 3600},
+    # A SageMaker MLflow ARN's fields: arn:partition:sagemaker:region:account:resource; the account is the fifth.
+    {"account": "123456789012", "training.tracking": "mlflow",
+     "training.mlflow_tracking_uri": "arn:aws:sagemaker:us-east-2:123456789012:mlflow-tracking-server/team"},
 ]
 
 

@@ -142,3 +142,88 @@ def test_retiring_keeps_the_newest_two_and_what_may_still_be_arriving(tmp_path):
     assert sorted(gone) == [f"{run}/checkpoint_00000010_a", f"{run}/checkpoint_00000025_a"]
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint_00000020_a", "checkpoint_00000030_a",
                                                      "checkpoint_00000040_a", "checkpoint_00000050_a"]
+
+
+def _linear():
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    return model, torch.optim.AdamW(model.parameters())
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_background_save_whose_upload_is_refused_stops_the_run_at_the_next_step(tmp_path):
+    """The storage refuses the upload (S3 AccessDenied) while the next steps run: poll() after the next step raises,
+    so the run stops and its retry resumes the newest committed checkpoint, instead of training on with nothing
+    saved and losing every step since at the next crash. One process, no process group: DCP saves alone."""
+    def refused(local: str, uri: str) -> None:
+        raise PermissionError(f"AccessDenied: PutObject on {uri}")
+
+    logged = []
+    saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", logged.append, upload=refused)
+    saves.save(*_linear(), step=10, data_position=10)
+    saves.shipments[0].done.exception(timeout=30)  # the background upload has failed
+    with pytest.raises(ckpt.CheckpointFailed, match=r"^checkpoint of step 10: PermissionError: AccessDenied: PutObject"):
+        saves.poll()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_stop_save_on_rank_1_returns_only_once_rank_0_has_committed_it(tmp_path, monkeypatch):
+    """Rank 1's own upload is done at once; rank 0's commit marker comes 0.2 s later. The stop's save (wait=True)
+    answers the pod's preStop hook when it returns: returning before the marker would let the kubelet kill the pod
+    while the checkpoint is still uncommitted (Kubernetes runs the hook, then sends SIGTERM)."""
+    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.05)
+    run = tmp_path / "run"
+    marker = run / ckpt.checkpoint_folder_name(10, "a") / COMMIT
+
+    def rank_0_commits_late() -> None:
+        time.sleep(0.2)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("{}")
+
+    threading.Thread(target=rank_0_commits_late).start()
+    ckpt.Checkpoints(False, 1, 2, str(run), "a", print).save(*_linear(), step=10, data_position=10, wait=True)
+    assert marker.exists()
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_stopping_line_names_the_save_that_was_still_uploading_when_the_loop_stopped(tmp_path, capsys):
+    """One worker; step 10's upload takes 0.2 s and the loop stops right after the save began: finish() waits for
+    it, so the line names step 10, committed by then, not 'no checkpoint is committed'."""
+    from training.storage import upload_folder
+
+    def slow_upload(local: str, uri: str) -> None:
+        time.sleep(0.2)
+        upload_folder(local, uri)
+
+    run = tmp_path / "run"
+    saves = ckpt.Checkpoints(False, 0, 1, str(run), "a", print, upload=slow_upload)
+    saves.save(*_linear(), step=10, data_position=10)
+    line = saves.finish()
+    uri = f"{run}/{ckpt.checkpoint_folder_name(10, 'a')}"
+    assert line == f"the newest committed checkpoint is step 10 ({uri}): a retry or a rerun resumes there"
+    assert f"rank 0 stopping: {line}" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_retry_that_saves_a_step_again_never_mixes_in_what_an_earlier_attempt_left_there(tmp_path):
+    """Attempt a (2 workers) was cut off saving step 10: only rank 1's shard and random state arrived. Attempt b
+    (1 worker) saves step 10 again: its checkpoint holds its own files only, no rank 1 state of another world size
+    that a resume would restore, and a's partial folder stays what it was."""
+    run = tmp_path / "run"
+    earlier = _write(run / ckpt.checkpoint_folder_name(10, "a"), 10, committed=False,
+                     without=(".metadata", "__0_0.distcp", "rng-rank0.pt", "train_state.json"))
+    ckpt.Checkpoints(False, 0, 1, str(run), "b", print).save(*_linear(), step=10, data_position=10, wait=True)
+    chosen, _ = ckpt.resume_choice(str(run))
+    assert chosen is not None and not (Path(chosen) / "rng-rank1.pt").exists()
+    assert sorted(p.name for p in earlier.iterdir()) == ["__1_0.distcp", "rng-rank1.pt"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_save_the_trainer_wrote_counts_only_once_committed(tmp_path):
+    """Every file of a one-worker save is there but rank 0 stopped before its commit marker: the trainer's own
+    save states the commit protocol, so it is passed over and not taken for a checkpoint written before markers."""
+    folder = tmp_path / "run" / ckpt.checkpoint_folder_name(10, "a")
+    ckpt.save(folder, *_linear(), step=10, data_position=10, rank=0, world=1)
+    [found] = scan_checkpoints(str(tmp_path / "run"))
+    assert (found.complete, found.why) == (False, "no commit marker: every file is there, but the save stopped before its commit")

@@ -94,6 +94,15 @@ def test_the_steps_after_an_epoch_hold_the_same_rows_when_workers_x_micro_batch_
     assert as_sets(steps_read(chat_blocks, 4, 17, steps, grad_accum=1)) == alone
 
 
+def test_a_resume_on_two_workers_continues_the_stream_where_it_stopped():
+    """Two workers x micro-batch 2 have consumed 3 micro-steps, global rows 0-11 (training.checkpoint.worker_position).
+    Resumed there, rank 0 reads rows 12-13 and rank 1 rows 14-15: the fourth micro-step of the run never stopped."""
+    blocks = {"input_ids": np.arange(40).reshape(20, 2), "block": np.arange(20)}
+    resumed = [next(dataset_batches(Stream(blocks), 2, position=3, rank=rank, world=2))["block"].tolist()
+               for rank in (0, 1)]
+    assert resumed == [[12, 13], [14, 15]]
+
+
 def rows(count: int) -> list[dict]:
     return [{"input_ids": np.full(4, i)} for i in range(count)]
 

@@ -10,8 +10,10 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from tests.conftest import ROOT
-from training.preemption import ANSWER, REQUEST, STOP_DIR_ENV, StopRequest
+from training.preemption import ANSWER, REQUEST, STOP_DIR_ENV, StepEnd, StopRequest, step_end
 
 
 def _hook(folder, wait_s: float) -> subprocess.Popen:
@@ -99,3 +101,25 @@ def test_sigterm_outside_the_loop_ends_the_process_at_once():
     """Ray retires a worker whose loop ended with SIGTERM: it must go, not wait for a save nobody will make."""
     done = _signalled(1, running=False)
     assert done.returncode == -15 and "SIGTERM received" not in done.stdout
+
+
+@pytest.mark.parametrize("step, asked, signalled, expected", [
+    (7, 0.0, 0.0, StepEnd(save=False, wait=False, end_attempt=False)),
+    (8, 0.0, 0.0, StepEnd(save=True, wait=False, end_attempt=False)),  # a periodic save uploads while training goes on
+    (24, 0.0, 0.0, StepEnd(save=True, wait=True, end_attempt=False)),  # the last step's, before the run reports done
+    # The preStop hook (on one of 2 workers): committed before the hook's answer, after which the kubelet sends
+    # SIGTERM; the attempt trains on, so that Ray ends it as a preemption, not an error counted in max_failures.
+    (7, 1.0, 0.0, StepEnd(save=True, wait=True, end_attempt=False)),
+    (8, 2.0, 0.0, StepEnd(save=True, wait=True, end_attempt=False)),
+    (7, 0.0, 1.0, StepEnd(save=True, wait=True, end_attempt=True)),  # SIGTERM to a worker: save, then end as asked
+    (7, 1.0, 1.0, StepEnd(save=True, wait=True, end_attempt=True)),
+])
+def test_a_stop_request_saves_its_step_and_waits_until_it_is_committed(step, asked, signalled, expected):
+    """A run of 24 steps saving every 4th; asked and signalled are the step's votes summed over the ranks."""
+    assert step_end(step, 24, 4, asked, signalled) == expected
+
+
+def test_without_periodic_checkpoints_only_the_last_step_and_a_stop_are_saved():
+    assert [step for step in range(1, 25) if step_end(step, 24, 0, 0.0, 0.0).save] == [24]
+    assert step_end(5, 24, 0, 1.0, 0.0).save
+

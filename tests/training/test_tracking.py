@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import struct
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,14 @@ def test_the_pods_install_only_what_their_image_lacks(monkeypatch):
     assert tracking.runtime_env(http)["pip"]["packages"] == ["mlflow-skinny==3.17.2"]
     assert tracking.runtime_env(TrainConfig(tracking="wandb"))["pip"]["packages"] == ["wandb==0.31.0"]
     assert tracking.runtime_env(TrainConfig()) == {}
+
+
+def test_only_rank_0_opens_a_tracker():
+    """Every worker runs the same loop: a tracker on each would log every step once per worker and race on
+    tracking.json. Rank 0 alone logs, as in Ray Train's experiment tracking guide."""
+    cfg = TrainConfig(tracking="mlflow", mlflow_tracking_uri="http://127.0.0.1:9")
+    assert type(tracking.start(cfg, "runs/r", 1, 0, None)) is tracking.Tracker
+    assert type(tracking.start(TrainConfig(), "runs/r", 0, 0, None)) is tracking.Tracker
 
 
 class Backend:
@@ -191,6 +200,22 @@ def test_a_tracker_back_from_a_failure_is_waited_for_at_the_end_like_any_other(m
     assert backend.steps() == [1, 2] and not any("not sent" in line for line in lines)
 
 
+def test_a_tracker_down_past_its_queue_gets_the_newest_steps_and_the_end(monkeypatch):
+    """Room for 5 records; the tracker is down while 10 steps are logged (with the params and tags, 12 records):
+    the oldest go, so when it is back at the close it gets steps 7-10 and the run's end, what the user looks at."""
+    monkeypatch.setattr(tracking, "MAX_PENDING", 5)
+    monkeypatch.setattr(tracking, "RETRY_S", 30.0)
+    backend = Backend(fails=1)
+    tracker = sender(backend, [])
+    deadline = time.monotonic() + 5
+    while not backend.opened and time.monotonic() < deadline:  # the first try failed; the next is at the close
+        time.sleep(0.01)
+    for step in range(1, 11):
+        tracker.step(step_record(step))
+    tracker.close()
+    assert backend.steps() == [7, 8, 9, 10] and backend.sent[-1] == ("end", ("FINISHED", {}))
+
+
 def test_a_resumed_run_sends_only_the_steps_its_tracker_does_not_hold():
     """The checkpoint is at step 3, the tracker holds steps up to 4 (logged before the restart): of the retrained
     steps 4-6, only 5 and 6 are sent."""
@@ -200,6 +225,27 @@ def test_a_resumed_run_sends_only_the_steps_its_tracker_does_not_hold():
         tracker.step(step_record(step))
     tracker.close(failed=True)
     assert backend.steps() == [5, 6] and backend.sent[-1] == ("end", ("FAILED", {}))
+
+
+def test_a_resumed_wandb_run_gets_every_step_after_the_last_one_it_holds(tmp_path, monkeypatch):
+    """W&B holds steps up to 4: wandb-core resumes the run with starting_step 5, the step after the last `_step` in
+    its history (core/internal/runbranch/resume.go). The retrained steps 4-6 reach run.log as 5 and 6: 4 is not
+    logged twice, and 5 is not lost."""
+    import sys
+
+    logged = []
+    config = types.SimpleNamespace(update=lambda values, allow_val_change: None)
+    resumed = types.SimpleNamespace(resumed=True, starting_step=5, config=config, summary={},
+                                    log=lambda metrics, step: logged.append(step), finish=lambda exit_code: None)
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kwargs: resumed,
+                                                                    Settings=lambda **kwargs: None))
+    monkeypatch.delenv(tracking.WANDB_SECRET_ENV, raising=False)
+    backend = tracking._Wandb("demo", None, "r", str(tmp_path))
+    tracker = tracking._Sender(backend, str(tmp_path), {}, {}, print)
+    for step in range(4, 7):
+        tracker.step(step_record(step))
+    tracker.close()
+    assert logged == [5, 6]
 
 
 class Client:
@@ -215,6 +261,58 @@ class Client:
 
     def set_terminated(self, run_id, status):
         self.ended.append(status)
+
+
+class Server:
+    """An MLflow server's runs, as MlflowClient(uri) shows them: experiments by name, runs by id."""
+
+    def __init__(self) -> None:
+        self.experiments: dict[str, str] = {}
+        self.runs: list[str] = []
+
+    def client(self, uri: str) -> "Server":
+        return self
+
+    def get_experiment_by_name(self, name):
+        return types.SimpleNamespace(experiment_id=self.experiments[name]) if name in self.experiments else None
+
+    def create_experiment(self, name):
+        self.experiments[name] = str(len(self.experiments) + 1)
+        return self.experiments[name]
+
+    def create_run(self, experiment_id, run_name=None):
+        self.runs.append(f"run{len(self.runs) + 1}")
+        return types.SimpleNamespace(info=types.SimpleNamespace(run_id=self.runs[-1]))
+
+    def get_run(self, run_id):
+        assert run_id in self.runs
+        return types.SimpleNamespace(data=types.SimpleNamespace(params={}))
+
+    def update_run(self, run_id, status):
+        pass
+
+    def get_metric_history(self, run_id, key):
+        return []
+
+
+def test_a_retry_continues_the_mlflow_run_its_first_attempt_created(tmp_path, monkeypatch):
+    """Each attempt (a job retry, a worker-group restart) opens the tracker anew: the second finds the run the first
+    created, under the same tracking URI and experiment, and logs to it (one MLflow run, one curve), and a rerun into
+    another experiment gets a run of its own there."""
+    import sys
+
+    server = Server()
+    monkeypatch.setitem(sys.modules, "mlflow", types.SimpleNamespace(MlflowClient=server.client,
+                                                                     set_tracking_uri=lambda uri: None))
+    monkeypatch.setitem(sys.modules, "mlflow.exceptions", types.SimpleNamespace(MlflowException=RuntimeError))
+    run = str(tmp_path / "r")
+    attempts = [tracking._Mlflow("http://mlflow:5000", "team", "r") for _ in range(2)]
+    for attempt in attempts:
+        attempt.open(run)
+    assert [a.run_id for a in attempts] == ["run1", "run1"] and server.runs == ["run1"]
+    elsewhere = tracking._Mlflow("http://mlflow:5000", "other", "r")
+    elsewhere.open(run)
+    assert elsewhere.run_id == "run2" and server.experiments == {"team": "1", "other": "2"}
 
 
 def test_mlflow_keeps_a_resumed_runs_params_and_tags_the_values_that_changed():
