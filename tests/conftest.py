@@ -43,9 +43,9 @@ if not os.environ.get("JSII_NODE") and (node := _node_binary()):
 # handed out in this order, the longest first. Plain `pytest` (no -n) runs everything in one process as before.
 GROUPS = {
     # Ray clusters and Ray Train runs, and every test that times a bound (a hang, a slow node, a step's waits, a
-    # refusal that takes seconds, the benchmark's runs under their timeout): never two of them at once.
+    # refusal that takes seconds): never two of them at once.
     "serial": ("training/test_train_ray.py", "training/test_fault_matrix.py", "training/test_data_order.py",
-               "training/test_worker_setup.py", "benchmarks/test_bench.py", "training/test_watchdog.py",
+               "training/test_worker_setup.py", "training/test_watchdog.py",
                "training/test_health_gate.py", "training/test_step_guard.py", "training/test_resume_check.py",
                "training/test_preemption.py", "training/test_tracking.py", "training/test_failures.py",
                "training/test_checkpoint_commit.py"),

@@ -131,34 +131,45 @@ def test_bad_model_is_one_line(capsys):
     assert capsys.readouterr().err.strip() == "error: --model: 'llama' is not a built-in config (qwen2.5-1.5b, qwen2.5-7b, qwen2.5-14b, tiny)"
 
 
-def test_cpu_run_writes_results_and_table(tmp_path):
-    """The whole launcher -> torchrun -> worker -> report path, with the tiny model on CPU (gloo)."""
-    out = tmp_path / "bench"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--cpu", "--model", "tiny", "--suite", "smoke",
-         "--warmup", "1", "--steps", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=300)
+def run_bench(out, *argv: str) -> list[dict]:
+    """`python -m benchmarks.bench --cpu` with the tiny model: the results' cases."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench", "--cpu", "--model", "tiny", "--out", str(out), *argv],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    results = json.loads((out / "results.json").read_text())
-    trainer, example = results["cases"]
+    return json.loads((out / "results.json").read_text())["cases"]
+
+
+@pytest.fixture(scope="module")
+def smoke_in_rounds(tmp_path_factory):
+    """The whole launcher -> torchrun -> worker -> report path on CPU (gloo), the smoke suite twice in turn: one run
+    of the 8 x 4096 case takes tens of seconds here, so the tests below share it."""
+    out = tmp_path_factory.mktemp("bench")
+    return run_bench(out, "--suite", "smoke", "--warmup", "1", "--steps", "2", "--rounds", "2"), out
+
+
+def test_cpu_run_writes_results_and_table(smoke_in_rounds):
+    cases, out = smoke_in_rounds
+    trainer, example = cases[:2]
     assert trainer["tokens_per_s_per_gpu"] > 0 and trainer["steps_timed"] == 2
     assert trainer["final_loss"] == pytest.approx(6.3, abs=0.5)  # random tokens: about ln(512)
     assert example["error"] == "FSDP1 needs a GPU"
-    assert "| trainer, h200 profile (default) | 1 | 8 x 4096 |" in (out / "table.md").read_text()
+    assert "| trainer, h200 profile (default), round 1 | 1 | 8 x 4096 |" in (out / "table.md").read_text()
 
 
-def test_chosen_cases_run_in_rounds_on_cpu(tmp_path):
-    """--cases keeps the trainer's case of the smoke suite and drops the example's; --rounds 2 runs it twice and
-    the table ends with its median."""
-    out = tmp_path / "bench"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--cpu", "--model", "tiny", "--suite", "smoke", "--warmup", "1",
-         "--steps", "1", "--cases", "trainer, h200 profile (default)", "--rounds", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    names = [r["name"] for r in json.loads((out / "results.json").read_text())["cases"]]
-    assert names == ["trainer, h200 profile (default), round 1", "trainer, h200 profile (default), round 2"]
+def test_rounds_run_the_cases_in_turn_and_the_table_ends_with_each_cases_median(smoke_in_rounds):
+    cases, out = smoke_in_rounds
+    assert [c["name"] for c in cases] == [
+        "trainer, h200 profile (default), round 1", "example recipe at its shape, round 1",
+        "trainer, h200 profile (default), round 2", "example recipe at its shape, round 2"]
     assert "- trainer, h200 profile (default): median " in (out / "table.md").read_text()
+
+
+def test_chosen_cases_keep_only_those_named(tmp_path):
+    """--cases keeps the example's case of the smoke suite and drops the trainer's (on CPU the example's case ends
+    at once: FSDP1 needs a GPU)."""
+    cases = run_bench(tmp_path / "bench", "--suite", "smoke", "--warmup", "1", "--steps", "1",
+                      "--cases", "example recipe at its shape")
+    assert [c["name"] for c in cases] == ["example recipe at its shape"]
 
 
 @pytest.mark.parametrize("argv,message", [

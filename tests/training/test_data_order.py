@@ -51,20 +51,26 @@ def packed(folder, model_folder, seed):
     return packed_dataset(str(folder), model_folder, 32, DataFormat(), None, shuffle_seed=seed)
 
 
-def test_records_are_shuffled_across_files_before_packing(two_files, model_folder):
-    first_blocks = block_documents(packed(two_files, model_folder, seed=3), model_folder)[:4]
+@pytest.fixture(scope="module")
+def seed_3(two_files, model_folder):
+    """One Dataset shuffled with seed 3 and its blocks from a first execution: each execution takes seconds."""
+    dataset = packed(two_files, model_folder, 3)
+    return dataset, block_documents(dataset, model_folder)
+
+
+def test_records_are_shuffled_across_files_before_packing(seed_3):
+    first_blocks = seed_3[1][:4]
     sources = {doc[0] for block in first_blocks for doc in block}
     assert sources == {"A", "B"}, first_blocks
 
 
-def test_the_shuffle_is_the_same_on_every_execution(two_files, model_folder):
-    dataset = packed(two_files, model_folder, 3)  # one Dataset, executed twice: epochs and resumes do that
-    assert block_documents(dataset, model_folder) == block_documents(dataset, model_folder)
+def test_the_shuffle_is_the_same_on_every_execution(seed_3, model_folder):
+    dataset, first_execution = seed_3  # one Dataset, executed twice: epochs and resumes do that
+    assert block_documents(dataset, model_folder) == first_execution
 
 
-def test_another_seed_gives_another_order(two_files, model_folder):
-    assert block_documents(packed(two_files, model_folder, 3), model_folder) != \
-        block_documents(packed(two_files, model_folder, 4), model_folder)
+def test_another_seed_gives_another_order(seed_3, two_files, model_folder):
+    assert seed_3[1] != block_documents(packed(two_files, model_folder, 4), model_folder)
 
 
 def test_no_shuffle_keeps_file_order(two_files, model_folder):
