@@ -217,6 +217,9 @@ def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path)
     ("echo 1 > /etc/x; echo 2 > /proc/sys/vm/nr_hugepages; cd /run; cd /etc; echo 3 > /dev/null", ""),
     ("printf '[Service]\\nLimitMEMLOCK=infinity\\n' > a/b/../c.conf", ".."),
     ("# a comment naming /var/log is not run", ""), ("curl -o a https://example.com/x", ""),
+    # /etc, /run or /proc/sys further down the path is still outside (/var/run is the synth machine's own /run)
+    ("echo 1 > /home/u/etc/x", "/home/u/etc/x"), ("mkdir -p /var/run/x", "/var/run/x"),
+    ("echo 1 > /srv/proc/sys/vm/x", "/srv/proc/sys/vm/x"),
 ])
 def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
