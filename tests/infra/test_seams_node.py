@@ -47,6 +47,13 @@ def test_a_finite_drop_in_is_read_in_bytes():
     assert node.node_view(b64(mime(("text/x-shellscript", DROP_IN_SCRIPT.format(limit="64M"))))).memlock == 64 * 2**20
 
 
+@pytest.mark.parametrize("limit, soft", [("8M:infinity", 8 * 2**20), ("64M:128M", 64 * 2**20)])
+def test_a_soft_hard_pair_is_read_as_its_soft_limit(limit, soft):
+    # systemd.exec(5): LimitMEMLOCK= takes one value for both limits or "soft:hard"; the kernel holds a process
+    # to the soft one (rlim_cur) when it locks memory, and a container inherits containerd's limits.
+    assert node.node_view(b64(mime(("text/x-shellscript", DROP_IN_SCRIPT.format(limit=limit))))).memlock == soft
+
+
 def test_limit_memlock_outside_a_containerd_drop_in_changes_nothing():
     script = "#!/bin/bash\necho 'LimitMEMLOCK=infinity' > /etc/systemd/system/kubelet.service.d/x.conf\n"
     assert node.node_view(b64(mime(("text/x-shellscript", script)))).memlock == 8 * 2**20
