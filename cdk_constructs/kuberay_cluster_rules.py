@@ -93,7 +93,8 @@ def _fault_tolerance(spec: dict, annotations: dict, gates: dict) -> list[tuple[s
     found = []
     if annotations.get(FT_ENABLED_ANNOTATION) and options is not None:
         found.append(("ValidateRayClusterSpec", f"{FT_ENABLED_ANNOTATION} annotation and gcsFaultToleranceOptions are both set"))
-    ft_on = annotations.get(FT_ENABLED_ANNOTATION) == "true" or options is not None
+    # utils.IsGCSFaultToleranceEnabled: the annotation counts only as "true", in any case
+    ft_on = str(annotations.get(FT_ENABLED_ANNOTATION, "")).lower() == "true" or options is not None
     if not ft_on and "RAY_REDIS_ADDRESS" in env:
         found.append(("ValidateRayClusterSpec", "RAY_REDIS_ADDRESS in the head enables GCS fault tolerance without gcsFaultToleranceOptions"))
     if options is not None:

@@ -21,7 +21,7 @@ from training.driver import real_datasets, refuse_changed_resume, refuse_planner
 from training.inputs import check_hub_positions, check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 from training.storage import storage_uri
-from training.worker import (DATA_COUNTS_FILE, check_transport, export_model, global_batch_rows, log, prepare_training,
+from training.worker import (DATA_COUNTS_FILE, check_transport, export_model, data_position, log, prepare_training,
                              rank0_choice, read_data_counts, read_metrics_file, run_uri, sharding_mesh, train_batches)
 
 
@@ -110,7 +110,8 @@ def train_func(config: dict) -> dict:
 
     def save(at: int, wait: bool) -> None:
         with hang_watchdog.long_phase("checkpoint"):
-            checkpoints.save(model, optimizer, at, position, files={DATA_COUNTS_FILE: json.dumps(counts.total)}, wait=wait)
+            checkpoints.save(model, optimizer, at, data_position(cfg, at, resumed_from, position),
+                             files={DATA_COUNTS_FILE: json.dumps(counts.total)}, wait=wait)
         throughput.reset(at)  # keep checkpoint time out of the next step's throughput
         if metrics_log:
             metrics_log.flush()
@@ -136,7 +137,6 @@ def train_func(config: dict) -> dict:
             step += 1
             hang_watchdog.step_done(step)
             rows.step_done(step)
-            position += global_batch_rows(cfg)
             *sums, asked, signalled = result.sums
             counts.add(sums)
             checkpoints.poll()

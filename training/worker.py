@@ -118,6 +118,13 @@ def global_batch_rows(cfg: TrainConfig) -> int:
     return cfg.workers * cfg.micro_batch * cfg.grad_accum
 
 
+def data_position(cfg: TrainConfig, step: int, start_step: int, start_position: int) -> int:
+    """The data position (sequences of the global batches consumed) once `step` is trained, in an attempt that
+    started at `start_step` and `start_position`: what the checkpoint of `step` records, so that a resume from it
+    trains the rows of step + 1 next, none twice."""
+    return start_position + (step - start_step) * global_batch_rows(cfg)
+
+
 def train_batches(cfg: TrainConfig, vocab_size: int, rank: int, world: int, rows: int):
     """This worker's micro-batches from the global data position `rows` on (sequences of the global batches
     consumed, the same on any world size)."""

@@ -763,6 +763,18 @@ def test_the_ft_annotation_alone_enables_fault_tolerance(synthesized):
     assert kr.ray_cluster_violations(cluster) == []
 
 
+@pytest.mark.parametrize("value, refused", [("false", True), ("", True), ("yes", True), ("True", False), ("TRUE", False)])
+def test_only_an_ft_annotation_of_true_in_any_case_enables_fault_tolerance(synthesized, value, refused):
+    """KubeRay v1.7.0's IsGCSFaultToleranceEnabled (utils/util.go): the annotation enables it when
+    strings.ToLower(value) == "true"; any other value leaves RAY_REDIS_ADDRESS in the head refused."""
+    cluster = _cluster(synthesized)
+    cluster["metadata"]["annotations"] = {kr.FT_ENABLED_ANNOTATION: value}
+    _head_env(cluster, "RAY_REDIS_ADDRESS", "redis:6379")
+    expected = [("ValidateRayClusterSpec", "RAY_REDIS_ADDRESS in the head enables GCS fault tolerance without "
+                                           "gcsFaultToleranceOptions")] if refused else []
+    assert kr.ray_cluster_violations(cluster) == expected
+
+
 @pytest.mark.parametrize("variable", ["RAY_REDIS_ADDRESS", "REDIS_USERNAME"])
 def test_redis_variables_in_the_head_with_fault_tolerance_options(synthesized, variable):
     cluster = _cluster(synthesized)

@@ -47,6 +47,13 @@ def test_a_finite_drop_in_is_read_in_bytes():
     assert node.node_view(b64(mime(("text/x-shellscript", DROP_IN_SCRIPT.format(limit="64M"))))).memlock == 64 * 2**20
 
 
+@pytest.mark.parametrize("limit, soft", [("8M:infinity", 8 * 2**20), ("64M:128M", 64 * 2**20)])
+def test_a_soft_hard_pair_is_read_as_its_soft_limit(limit, soft):
+    # systemd.exec(5): LimitMEMLOCK= takes one value for both limits or "soft:hard"; the kernel holds a process
+    # to the soft one (rlim_cur) when it locks memory, and a container inherits containerd's limits.
+    assert node.node_view(b64(mime(("text/x-shellscript", DROP_IN_SCRIPT.format(limit=limit))))).memlock == soft
+
+
 def test_limit_memlock_outside_a_containerd_drop_in_changes_nothing():
     script = "#!/bin/bash\necho 'LimitMEMLOCK=infinity' > /etc/systemd/system/kubelet.service.d/x.conf\n"
     assert node.node_view(b64(mime(("text/x-shellscript", script)))).memlock == 8 * 2**20
@@ -217,6 +224,9 @@ def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path)
     ("echo 1 > /etc/x; echo 2 > /proc/sys/vm/nr_hugepages; cd /run; cd /etc; echo 3 > /dev/null", ""),
     ("printf '[Service]\\nLimitMEMLOCK=infinity\\n' > a/b/../c.conf", ".."),
     ("# a comment naming /var/log is not run", ""), ("curl -o a https://example.com/x", ""),
+    # /etc, /run or /proc/sys further down the path is still outside (/var/run is the synth machine's own /run)
+    ("echo 1 > /home/u/etc/x", "/home/u/etc/x"), ("mkdir -p /var/run/x", "/var/run/x"),
+    ("echo 1 > /srv/proc/sys/vm/x", "/srv/proc/sys/vm/x"),
 ])
 def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token

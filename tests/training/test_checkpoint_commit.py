@@ -90,6 +90,17 @@ def test_the_resume_takes_the_newest_committed_and_names_the_newer_partial_one(t
                      f"resume: step 10, the newest complete checkpoint (committed): {run}/checkpoint_00000010_a"]
 
 
+def test_the_resume_takes_the_newer_of_the_two_committed_checkpoints_kept(tmp_path):
+    """Retiring keeps two committed checkpoints (10 and 20): a retry resumes at 20; from 10 it would train steps
+    11 to 20 (their rows) a second time."""
+    run = tmp_path / "run"
+    _write(run / "checkpoint_00000010_a", 10)
+    _write(run / "checkpoint_00000020_a", 20)
+    chosen, lines = ckpt.resume_choice(str(run))
+    assert chosen == f"{run}/checkpoint_00000020_a"
+    assert lines == [f"resume: step 20, the newest complete checkpoint (committed): {run}/checkpoint_00000020_a"]
+
+
 def test_nothing_committed_starts_from_step_0_and_says_so(tmp_path):
     _write(tmp_path / "run" / "checkpoint_00000010_a", 10, committed=False)
     chosen, lines = ckpt.resume_choice(str(tmp_path / "run"))

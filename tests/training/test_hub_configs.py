@@ -58,6 +58,18 @@ def test_data_files_inside_a_data_dir_are_read_from_it(tmp_path):
     assert hub_data_files(files, card, "train", "en") == ["en/part-0.jsonl", "en/part-1.jsonl"]
 
 
+@pytest.mark.parametrize("data_files", ["data/*.jsonl", "\n  - data/*.jsonl"])
+def test_plain_data_files_are_the_train_split_only(tmp_path, data_files):
+    """A config's data_files given as a pattern or a list of patterns, not per split: the datasets library makes
+    them the train split alone (data_files.py sanitize_patterns: SANITIZED_DEFAULT_SPLIT, "train"). A validation
+    split read from them would measure validation loss on the training rows."""
+    card = f"---\nconfigs:\n- config_name: sft\n  data_files: {data_files}\n---\n"
+    files, card = hub_folder(tmp_path, card, ["data/a.jsonl", "data/b.jsonl"])
+    assert hub_data_files(files, card, "train") == ["data/a.jsonl", "data/b.jsonl"]
+    with pytest.raises(DataError, match=r"^--data: no 'validation' split in this dataset \(found: see its dataset card\)$"):
+        hub_data_files(files, card, "validation")
+
+
 # ---------------------------------------------------------------- which config is the default (item: several configs)
 
 def test_a_config_named_default_is_the_default_without_being_marked(tmp_path):

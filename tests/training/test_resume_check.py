@@ -18,8 +18,9 @@ import torch.distributed.checkpoint as dcp
 from training import train
 from training.checkpoint import read_train_state, worker_position, write_train_state
 from training.command_line import parse_args
-from training.config import resume_changes
+from training.config import TrainConfig, resume_changes
 from training.storage import SETTINGS
+from training.worker import data_position
 
 # The run as it was checkpointed: 2 workers, a global batch of 4 sequences of 64 tokens, LoRA on every linear layer.
 SAVED = ["--model=tiny", "--seq-len=64", "--batch-tokens=256", "--micro-batch=2", "--workers=2", "--steps=10",
@@ -145,6 +146,16 @@ def test_the_refusal_takes_seconds_and_never_starts_ray(run_folder):
     assert done.stdout == "no ray\n"
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr and "--seed 0 -> 1" in done.stderr
     assert seconds < 15
+
+
+def test_the_checkpoint_of_a_step_records_the_rows_of_that_step_as_consumed():
+    """2 workers x 2 sequences x 2 accumulation steps: 8 rows a step. A fresh run's step 3 trained rows 0-23: its
+    checkpoint records 24, so a resume trains rows 24-31 (step 4) next; 16 would train step 3's rows twice. An
+    attempt resumed at step 4 (position 32) records 40 for step 5, and 32 for step 4 itself (nothing trained)."""
+    cfg = TrainConfig(workers=2, micro_batch=2, grad_accum=2)
+    assert data_position(cfg, 3, start_step=0, start_position=0) == 24
+    assert data_position(cfg, 5, start_step=4, start_position=32) == 40
+    assert data_position(cfg, 4, start_step=4, start_position=32) == 32
 
 
 @pytest.mark.parametrize("world, micro_batch, position", [(1, 2, 4), (2, 2, 2), (4, 1, 2)])

@@ -7,17 +7,23 @@ so a folder it makes is not where the workers run. Each Ray worker process makes
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import shutil
+from types import SimpleNamespace
+
 import pytest
 import ray
 
+from training import worker
 from training.config import TrainConfig
 from training.driver import prepare_worker_process, runtime_env, worker_env
-from training.worker import nccl_log_dir
-from tests.conftest import ROOT
+from training.transport import rank_report
+from training.worker import check_transport, nccl_log_dir
+from tests.conftest import DATA, ROOT
 
 
 def test_require_efa_sends_nccl_logs_to_a_per_run_folder():
@@ -63,3 +69,42 @@ def test_ray_workers_make_the_folder_before_any_user_code(ray_with_the_jobs_runt
 
     # The driver (this process) made nothing: the folder comes from the worker's setup hook.
     assert ray.get(folder_exists_when_the_task_starts.remote(str(folder)))
+
+
+NVLINK = DATA / "nccl" / "one-node-2gpu-nvlink.rank0.log"
+SOCKET = DATA / "nccl" / "one-node-2gpu-socket-forced.rank0.log"
+
+
+class RankZeroOfTwo:
+    """torch.distributed as rank 0 of a two-rank group sees it: the gather brings rank 1's report (from node b)."""
+
+    def __init__(self, other):
+        self.other = other
+
+    def all_reduce(self, tensor): pass
+
+    def barrier(self): pass
+
+    def get_world_size(self): return 2
+
+    def all_gather_object(self, gathered, mine): gathered[:] = [mine, self.other]
+
+
+@pytest.mark.parametrize("rank_1_log, refused", [
+    (SOCKET, "rank 1 on b: inter-node traffic NOT on EFA: socket"),
+    (None, "no NCCL log from 1 of 2 ranks (ranks 1 on b)"),
+    (NVLINK, "workers run on 2 nodes, but no NCCL communicator in the logs spans nodes"),
+])
+def test_require_efa_judges_every_ranks_nccl_log_not_only_its_own(tmp_path, monkeypatch, rank_1_log, refused):
+    """Rank 0's own log is a clean one-node NVLink log (alone it passes: 'single node'); the other node's rank
+    on sockets, without a log, or two nodes no communicator spans, stop the job."""
+    cfg = TrainConfig(run_name="efa", require_efa=True)
+    monkeypatch.setattr(worker, "NCCL_LOG_ROOT", str(tmp_path))
+    nccl_log_dir(cfg).mkdir()
+    shutil.copy(NVLINK, nccl_log_dir(cfg) / f"node-a.{os.getpid()}.log")  # NCCL_DEBUG_FILE's %h.%p
+    monkeypatch.setattr(worker, "dist", RankZeroOfTwo(rank_report(1, "b", rank_1_log)))
+    # No GPU here: the probe collective (a CUDA tensor) does nothing.
+    monkeypatch.setattr(worker, "torch", SimpleNamespace(ones=lambda *a, **k: None,
+                                                         cuda=SimpleNamespace(synchronize=lambda: None)))
+    with pytest.raises(RuntimeError, match=f"^--require-efa: {re.escape(refused)}"):
+        check_transport(cfg, rank=0)
