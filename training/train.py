@@ -76,11 +76,11 @@ def train_func(config: dict) -> dict:
         log(rank, line)
     if restored:
         with ray_checkpoint(restored).as_directory() as folder:
-            model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh, folder)
+            model, optimizer, step, start_position = prepare_training(cfg, device, rank, world, mesh, folder)
             counted_before = read_data_counts(Path(folder))
-        log(rank, f"resumed from checkpoint at step {step} (data position {position} rows of the global batch)")
+        log(rank, f"resumed from checkpoint at step {step} (data position {start_position} rows of the global batch)")
     else:
-        model, optimizer, step, position = prepare_training(cfg, device, rank, world, mesh)
+        model, optimizer, step, start_position = prepare_training(cfg, device, rank, world, mesh)
 
     resumed_from = step
     counts = DataCounts()
@@ -88,7 +88,7 @@ def train_func(config: dict) -> dict:
         counts.total |= counted_before  # the summary's data_counts cover the whole run, not the steps since
     rows = faults.RowLog(cfg.run_name, rank, world, attempt)
     rows.started(step, lines)
-    batches = rows.tap(hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, position))))
+    batches = rows.tap(hang_watchdog.waited(counts.counted(train_batches(cfg, model.config.vocab_size, rank, world, start_position))))
     validation, validation_counts = None, None
     if cfg.val_data is not None or cfg.val_fraction > 0:
         blocks, source = rank0_choice(lambda: fixed_blocks(run_uri(cfg), cfg.eval_batches, world, cfg.micro_batch), rank)
@@ -110,7 +110,7 @@ def train_func(config: dict) -> dict:
 
     def save(at: int, wait: bool) -> None:
         with hang_watchdog.long_phase("checkpoint"):
-            checkpoints.save(model, optimizer, at, data_position(cfg, at, resumed_from, position),
+            checkpoints.save(model, optimizer, at, data_position(cfg, at, resumed_from, start_position),
                              files={DATA_COUNTS_FILE: json.dumps(counts.total)}, wait=wait)
         throughput.reset(at)  # keep checkpoint time out of the next step's throughput
         if metrics_log:
