@@ -387,3 +387,19 @@ def test_wandb_offline_files_hold_each_steps_metrics_the_settings_and_the_summar
     assert (header.project, header.entity, header.display_name) == ("demo", "ml-team", "r")
     stored = json.loads((run / tracking.TRACKING_FILE).read_text())["wandb"]
     assert stored == {"project": "demo", "entity": "ml-team", "id": header.run_id}
+
+
+def test_a_live_steps_mlflow_timestamp_is_milliseconds_since_the_epoch(monkeypatch):
+    """MLflow's REST API (runs/log-batch, Metric.timestamp): 'Unix timestamp in milliseconds at the time metric was
+    logged'. A step logged live at 2026-12-06T00:00:30.5Z is 1796515230500, as its metrics.jsonl time
+    2026-12-06T00:00:30Z is 1796515230000 when a resumed run sends it; in seconds it would plot at January 1970."""
+    monkeypatch.setattr(tracking, "time", types.SimpleNamespace(time=lambda: 1796515230.5, monotonic=time.monotonic,
+                                                                strptime=time.strptime))
+    backend = tracking._Mlflow("http://mlflow:5000", None, "r")
+    backend.client, backend.run_id = Client(), "abc"
+    backend.open = lambda run_uri: 0
+    tracker = sender(backend, [])
+    tracker.step(step_record(1))
+    tracker.close()
+    assert {m.timestamp for batch in backend.client.batches for m in batch["metrics"]} == {1796515230500}
+    assert tracking._milliseconds("2026-12-06T00:00:30Z") == 1796515230000
