@@ -180,21 +180,35 @@ def test_a_background_save_whose_upload_is_refused_stops_the_run_at_the_next_ste
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_a_stop_save_on_rank_1_returns_only_once_rank_0_has_committed_it(tmp_path, monkeypatch):
-    """Rank 1's own upload is done at once; rank 0's commit marker comes 0.2 s later. The stop's save (wait=True)
-    answers the pod's preStop hook when it returns: returning before the marker would let the kubelet kill the pod
-    while the checkpoint is still uncommitted (Kubernetes runs the hook, then sends SIGTERM)."""
-    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.05)
+    """Rank 1's own upload is done, and rank 0's commit marker is not there yet: rank 0 writes it only once rank 1
+    has looked for it (no clock involved, so load cannot hide a rank 1 that returns early). The stop's save
+    (wait=True) answers the pod's preStop hook when it returns: returning before the marker would let the kubelet
+    kill the pod while the checkpoint is still uncommitted (Kubernetes runs the hook, then sends SIGTERM)."""
+    from training import storage
+
+    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.01)
     run = tmp_path / "run"
     marker = run / ckpt.checkpoint_folder_name(10, "a") / COMMIT
+    events: list[str] = []
 
-    def rank_0_commits_late() -> None:
-        time.sleep(0.2)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text("{}")
+    def upload(local: str, uri: str) -> None:
+        storage.upload_folder(local, uri)
+        events.append("rank 1 uploaded" + (", marker there" if marker.exists() else ""))
 
-    threading.Thread(target=rank_0_commits_late).start()
-    ckpt.Checkpoints(False, 1, 2, str(run), "a", print).save(*_linear(), step=10, data_position=10, wait=True)
-    assert marker.exists()
+    storage_exists = storage.exists
+
+    def exists(uri: str) -> bool:
+        found = storage_exists(uri)
+        if uri == str(marker) and not found:  # rank 1 waits for the marker: rank 0 commits now
+            events.append("rank 1 looked; rank 0 commits")
+            marker.write_text("{}")
+        return found
+
+    monkeypatch.setattr(storage, "exists", exists)
+    ckpt.Checkpoints(False, 1, 2, str(run), "a", print, upload=upload).save(*_linear(), step=10, data_position=10,
+                                                                            wait=True)
+    events.append("save returned" + (" after the marker" if marker.exists() else " before the marker"))
+    assert events == ["rank 1 uploaded", "rank 1 looked; rank 0 commits", "save returned after the marker"]
 
 
 @pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
