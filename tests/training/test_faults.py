@@ -28,3 +28,26 @@ def test_a_fault_fires_at_its_step_in_the_runs_its_setting_names(monkeypatch, se
 def test_no_setting_arms_nothing(monkeypatch):
     monkeypatch.delenv(FAULTS_ENV, raising=False)
     assert not armed("kill", 3, "/tmp/storage/sft")
+
+
+def test_inject_failure_at_step_kills_the_last_ranks_worker_once_per_run_without_the_env(tmp_path, monkeypatch):
+    """--inject-failure-at-step 3 (TrainConfig: the last rank's worker is killed, SIGKILL, once at this step) needs no
+    TRAINER_TEST_FAULTS: on 2 workers, rank 1 is killed at the start of step 3, not at step 2, not rank 0, and not
+    again when the retry trains step 3 a second time (else the recovery it exercises would never finish)."""
+    import os
+    import signal
+    import types
+
+    from training import faults
+    from training.command_line import parse_args
+
+    monkeypatch.delenv(FAULTS_ENV, raising=False)
+    killed: list[tuple[int, int]] = []
+    monkeypatch.setattr(faults, "os", types.SimpleNamespace(environ=os.environ, getpid=lambda: 4242,
+                                                            kill=lambda pid, sig: killed.append((pid, sig))))
+    cfg = parse_args(["--inject-failure-at-step", "3"])
+    run = str(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    for step, rank in [(2, 1), (3, 0), (3, 1), (3, 1)]:  # the last (3, 1): the retry after the kill
+        faults.at_step_start(cfg, step, rank, 2, run, model=None)
+    assert killed == [(4242, signal.SIGKILL)]
