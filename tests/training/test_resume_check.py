@@ -174,3 +174,19 @@ def test_a_checkpoint_from_before_global_rows_converts_its_per_worker_position(t
     (tmp_path / "train_state.json").write_text(json.dumps({"step": 3, "data_position": 3}))
     (tmp_path / SETTINGS).write_text(json.dumps({"workers": 2, "micro_batch": 4}))
     assert read_train_state(tmp_path) == (3, 24)
+
+
+def test_a_resumed_run_keeps_the_step_records_up_to_its_checkpoint_only(tmp_path):
+    """Attempt 1 logged steps 1-6 and was killed; its newest checkpoint is step 4. The resumed run retrains steps 5
+    and 6, so its metrics.jsonl (and the run summary's final loss, the tracker's earlier records) start from steps
+    1-4 of the file: the stale 5 and 6 kept too would put each of those steps in it twice."""
+    from training.records import METRICS_FILE
+    from training.worker import read_metrics_file, run_uri
+
+    cfg = TrainConfig(storage_path=str(tmp_path), run_name="sft")
+    Path(run_uri(cfg)).mkdir()
+    (Path(run_uri(cfg)) / METRICS_FILE).write_text("".join(
+        json.dumps({"step": step, "loss": 7.0 - step}) + "\n" for step in range(1, 7)))
+    assert [(r["step"], r["loss"]) for r in read_metrics_file(cfg, up_to_step=4)] == [(1, 6.0), (2, 5.0), (3, 4.0),
+                                                                                      (4, 3.0)]
+    assert read_metrics_file(cfg, up_to_step=0) == []  # a fresh start under the same name keeps none
