@@ -133,6 +133,11 @@ def test_generation_spans_in_jinjas_whitespace_control_forms_are_followed(tokeni
     # Each turn says how long the one before it was: later turns change with a reply's text...
     (CHAT, "{% for m in messages %}[after {{ (loop.previtem.content if loop.previtem else '') | length }}] "
      "{{ m.content }} {% endfor %}", "the turns after it change with its text"),
+    # The same, the reply as long as the first marker (7 characters, chat_masks.MARKER): only the second one, of
+    # another length, shows that the later turns change with its text.
+    ([CHAT[0], {"role": "assistant", "content": "Use EFA"}] + CHAT[2:],
+     "{% for m in messages %}[after {{ (loop.previtem.content if loop.previtem else '') | length }}] "
+     "{{ m.content }} {% endfor %}", "the turns after it change with its text"),
     # ...or how long the next one is: earlier turns do.
     (CHAT, "{% for m in messages %}[before {{ (loop.nextitem.content if loop.nextitem else '') | length }}] "
      "{{ m.content }} {% endfor %}", "the turns before it change with its text"),
@@ -143,7 +148,7 @@ def test_generation_spans_in_jinjas_whitespace_control_forms_are_followed(tokeni
     # A turn ends with </s> when it is the last, with ' | ' inside the chat: where a reply ends is unknown.
     (CHAT, "{% for m in messages %}{{ m.content }}{% if loop.last %}</s>{% else %} | {% endif %}{% endfor %}",
      "its end is written differently inside the chat"),
-], ids=["twice", "after", "before", "structure", "end"])
+], ids=["twice", "after", "after-as-long-as-the-marker", "before", "structure", "end"])
 def test_a_template_whose_turns_cannot_be_located_is_refused_in_one_line(tokenizer, chat, template, why):
     with pytest.raises(DataError, match=rf"^--assistant-only-loss: the chat template renders the assistant message at "
                                         rf"index \d so that it cannot be located in the whole chat \({why}\); give a "
