@@ -147,6 +147,17 @@ def test_a_missing_hub_split_lists_the_ones_there():
     assert split_of("data/validation-00000-of-00001.parquet") == "validation"
 
 
+def test_a_hub_dataset_without_split_names_has_a_train_split_only():
+    """The datasets library's rule (data_files.py get_data_patterns): where no file or folder names a split, every
+    file is 'train'. So hf:org/name:validation has no validation split: --val-data is refused, not evaluated on the
+    very rows it trains on."""
+    files = ["sft.parquet", "more/part-0.jsonl"]
+    assert hub_data_files(files, None, "train") == ["more/part-0.jsonl", "sft.parquet"]
+    for split in ("validation", "test"):
+        with pytest.raises(DataError, match=rf"^--data: no '{split}' split in this dataset \(found: \['train'\]\)$"):
+            hub_data_files(files, None, split)
+
+
 def test_packed_documents_do_not_attend_to_each_other(model_folder):
     """The second document's hidden states are the same packed behind another as alone, and
     differ when the positions run on (plain causal attention): the mask comes from the positions."""
