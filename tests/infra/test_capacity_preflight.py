@@ -342,6 +342,26 @@ def test_ctrl_c_before_a_cancel_still_cancels_the_reservation():
     stub.assert_no_pending_responses()
 
 
+@pytest.mark.parametrize("listing", ["fails", "lags"])
+def test_a_reservation_the_tag_listing_does_not_show_is_still_cancelled(listing, capsys):
+    """Ctrl-C before the cancel of an active reservation the probe made (its id known from the create): the cleanup's
+    tag listing fails (throttled) or does not show it yet (EC2's describe calls are eventually consistent). It bills
+    at the on-demand rate until cancelled, so the cleanup cancels it by the id it has."""
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    if listing == "fails":
+        stub.add_client_error("describe_capacity_reservations", service_error_code="RequestLimitExceeded")
+    else:
+        stub_tagged(stub)
+    stub_cancel(stub, "cr-00000000000000001")
+    stub.activate()
+    with pytest.raises(KeyboardInterrupt):
+        capacity.probe_zones(Interrupt(ec2, "cancel_capacity_reservation", after_call=False), "g6.12xlarge",
+                             list(ZONES), token="t")
+    stub.assert_no_pending_responses()
+    assert "could not cancel" not in capsys.readouterr().out
+
+
 def test_ctrl_c_after_ec2_made_a_reservation_whose_answer_was_lost_finds_it_by_its_tag():
     ec2, stub = ec2_stub()
     stub_create(stub, "us-east-2a", "cr-00000000000000001")
