@@ -55,6 +55,21 @@ def test_labels_are_the_next_byte_and_two_ranks_split_one_ranks_rows(tmp_path):
     assert torch.equal(torch.cat([r["input_ids"] for r in ranks]), one["input_ids"])
 
 
+def test_two_ranks_read_each_block_once_per_epoch_as_one_rank_of_their_global_batch_does():
+    """Eight blocks of 5 bytes, block k all byte k (seq_len 4), one block a micro-batch per rank: over 4 steps the two
+    ranks read the 8 blocks once each (an epoch), and at each step the pair holds what one rank of micro-batch 2
+    (the same global batch) holds, rank 0 first (training.data's rule)."""
+    stream = torch.tensor([k for k in range(8) for _ in range(5)], dtype=torch.uint8)
+
+    def blocks(micro_batch: int, rank: int, world: int) -> list[list[int]]:
+        batches = itertools.islice(parity.order_batches(stream, 4, micro_batch, 3, rank, world), 4)
+        return [b["input_ids"][:, 0].tolist() for b in batches]
+
+    ranks, one = [blocks(1, r, 2) for r in (0, 1)], blocks(2, 0, 1)
+    assert sorted(k for rank in ranks for step in rank for k in step) == list(range(8))
+    assert [r0 + r1 for r0, r1 in zip(*ranks)] == one
+
+
 def run(val_loss: float, losses: list[float], order: int = 1, precision: str = "bf16") -> dict:
     return {"val_loss": val_loss, "losses": losses, "order": order, "precision": precision}
 
