@@ -227,6 +227,9 @@ def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path)
     # /etc, /run or /proc/sys further down the path is still outside (/var/run is the synth machine's own /run)
     ("echo 1 > /home/u/etc/x", "/home/u/etc/x"), ("mkdir -p /var/run/x", "/var/run/x"),
     ("echo 1 > /srv/proc/sys/vm/x", "/srv/proc/sys/vm/x"),
+    # bash starts a comment only at a word's first character (bash manual, Comments): a '#' inside a word or
+    # quotes hides nothing after it
+    ("sed -i 's#a#b#' /usr/lib/x", "/usr/lib/x"), ('echo "#" > /usr/bin/x', "/usr/bin/x"),
 ])
 def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
