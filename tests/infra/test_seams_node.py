@@ -192,6 +192,15 @@ def test_a_later_drop_in_overrides_an_earlier_one():
     assert node.node_view(b64(mime(("text/x-shellscript", script)))).memlock == 64 * 2**20
 
 
+def test_an_etc_drop_in_hides_the_run_drop_in_of_the_same_name():
+    # systemd.unit(5): of drop-ins with the same name, the one in the directory of highest precedence is used, and
+    # /etc precedes /run: /run's 90-memlock.conf (infinity) is hidden, /etc's leaves memlock at 8 MiB.
+    script = DROP_IN_SCRIPT.format(limit="8M") + (
+        "mkdir -p /run/systemd/system/containerd.service.d\n"
+        "printf '[Service]\\nLimitMEMLOCK=infinity\\n' > /run/systemd/system/containerd.service.d/90-memlock.conf\n")
+    assert node.node_view(b64(mime(("text/x-shellscript", script)))).memlock == 8 * 2**20
+
+
 def test_a_command_the_fake_node_lacks_fails_the_part_before_it_writes():
     script = "#!/bin/bash\nset -e\ndnf install -y something\n" + DROP_IN_SCRIPT.format(limit="infinity")
     [problem] = problems(nodegroup_template(mime(("text/x-shellscript", script))))
