@@ -186,6 +186,23 @@ def test_an_empty_validation_split_is_refused(monkeypatch, one_rank_group):
         validation_with(monkeypatch, rows=0, micro_batch=2, eval_batches=4)
 
 
+def test_synthetic_validation_holds_no_block_the_run_trains_on(one_rank_group):
+    """--data random with --val-fraction: val_loss must measure held-out blocks. The 8 validation blocks
+    (--eval-batches 4 x --micro-batch 2) are none of the first 256 training blocks of the same seed, the stream
+    train_batches feeds from step 1 (a whole run of 128 steps at this batch); uniform ids over 512 tokens, 9 a
+    block, never coincide by chance."""
+    from training.data import synthetic_batches
+    from training.validation_set import validation_batches
+
+    cfg = TrainConfig(data="random", val_fraction=0.1, micro_batch=2, eval_batches=4, seq_len=8, seed=3)
+    held = validation_batches(cfg, 512, 0, 1, torch.device("cpu"), 8)[0]
+    validation = {tuple(row.tolist()) for batch in held for row in batch["input_ids"]}
+    batches = synthetic_batches("random", 3, 512, 8, 2, 0, 1)
+    trained = {tuple(row.tolist()) for _ in range(128) for row in next(batches)["input_ids"]}
+    assert (len(validation), len(trained)) == (8, 256)
+    assert validation.isdisjoint(trained)
+
+
 # ---------------------------------------------------------------- --shuffle / --no-shuffle as the trainer wires them
 
 
