@@ -39,7 +39,7 @@ def train_func(config: dict) -> dict:
     from training.health import gate_for_run, health_line
     from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
-    from training.schedule import lr_at
+    from training.schedule import lr_at, step_output
     from training.step import NonFiniteStep, evaluate, train_step
     from training.storage import ray_checkpoint
     from training.validation_set import fixed_blocks, validation_batches
@@ -140,8 +140,8 @@ def train_func(config: dict) -> dict:
             *sums, asked, signalled = result.sums
             counts.add(sums)
             checkpoints.poll()
-            evaluating = validation is not None and (step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0))
-            if step % cfg.log_every == 0 or step == cfg.steps or evaluating:
+            recording, evaluating = step_output(step, cfg.steps, cfg.log_every, cfg.eval_every, validation is not None)
+            if recording:
                 data = counts.take()
                 last = throughput.stats(step, cfg.steps, result.loss, lr, result.grad_norm, peak_memory_gib(device),
                                         real_tokens_per_gpu=data["real_tokens"] / world)

@@ -8,7 +8,7 @@ import torch
 from training.data import synthetic_batches
 from training.metrics import Throughput, datasheet_peak_tflops, flops_per_token, mfu, model_flops_per_token
 from training.model import builtin_config
-from training.schedule import lr_at
+from training.schedule import lr_at, step_output
 
 
 def qwen_meta():
@@ -83,6 +83,19 @@ def test_past_the_last_step_the_floor_holds():
 
 def test_a_one_step_run_uses_the_peak():
     assert schedule(1, warmup=0) == pytest.approx([1.0])
+
+
+@pytest.mark.parametrize("eval_every, validating, recorded, evaluated", [
+    (3, True, [3, 4, 6, 8, 9, 10], [3, 6, 9, 10]),  # every 3rd step evaluates, though only every 4th logs
+    (0, True, [4, 8, 10], [10]),  # --eval-every 0: at the end only
+    (3, False, [4, 8, 10], []),  # no validation data: nothing to evaluate
+])
+def test_a_scheduled_evaluation_is_recorded_whatever_log_every(eval_every, validating, recorded, evaluated):
+    """--steps 10 --log-every 4: records at steps 4, 8 and the last (10); --eval-every 3 (TrainConfig: steps between
+    validation passes) adds steps 3, 6 and 9, each a record carrying its val_loss."""
+    outputs = {step: step_output(step, 10, 4, eval_every, validating) for step in range(1, 11)}
+    assert [step for step, (record, _) in outputs.items() if record] == recorded
+    assert [step for step, (_, evaluates) in outputs.items() if evaluates] == evaluated
 
 
 def test_throughput_after_a_resume_counts_only_the_steps_this_process_ran(monkeypatch):
