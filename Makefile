@@ -17,25 +17,17 @@ BENCH_ARGS ?=
 
 .PHONY: synth diff preflight deploy watch destroy test fault-matrix mutation scan train-local sft-local report bench bench-wheels clean
 
-# pip byte-compiles what it installs one file at a time; compileall does it on every core, to the same .pyc files.
-# Left out: torch's one file of Python 3.12 syntax, which pip skips too.
-PIP_INSTALL = $(PY) -m pip install -q --disable-pip-version-check --no-compile
-COMPILE = $(PY) -m compileall -q -j 0 -x 'torch/testing/_internal/py312_intrinsics\.py' $(VENV)/lib/python3*/site-packages
-
 $(VENV)/.synth-deps: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP_INSTALL) -r requirements.txt
-	$(COMPILE)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
 $(VENV)/.train-deps: $(VENV)/.synth-deps requirements-train.txt
-	$(PIP_INSTALL) -r requirements-train.txt
-	$(COMPILE)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-train.txt
 	touch $@
 
 $(VENV)/.dev-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-train.txt
-	$(PIP_INSTALL) -r requirements-dev.txt
-	$(COMPILE)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
 node_modules/.installed: package-lock.json $(VENV)/.synth-deps
@@ -87,8 +79,7 @@ fault-matrix: $(VENV)/.dev-deps
 	$(PY) -m pytest -q -m fault_matrix tests/training/test_fault_matrix.py
 
 $(VENV)/.mutation-deps: $(VENV)/.dev-deps requirements-mutation.txt
-	$(PIP_INSTALL) -r requirements-mutation.txt
-	$(COMPILE)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt
 	touch $@
 
 # Mutation testing of the pure modules against their fast tests (pyproject.toml; not part of `make test`).
