@@ -330,16 +330,21 @@ class Interrupt:
         return call
 
 
-def test_ctrl_c_before_a_cancel_still_cancels_the_reservation():
-    ec2, stub = ec2_stub()
-    stub_create(stub, "us-east-2a", "cr-00000000000000001")
-    stub_tagged(stub, "cr-00000000000000001")  # it is still there: listed once, cancelled once
-    stub_cancel(stub, "cr-00000000000000001")
+def probe_stopped_before_its_cancel(ec2, stub) -> None:
+    """Ctrl-C as the probe is about to cancel its reservation: every stubbed call, and no other, is made."""
     stub.activate()
     with pytest.raises(KeyboardInterrupt):
         capacity.probe_zones(Interrupt(ec2, "cancel_capacity_reservation", after_call=False), "g6.12xlarge",
                              list(ZONES), token="t")
     stub.assert_no_pending_responses()
+
+
+def test_ctrl_c_before_a_cancel_still_cancels_the_reservation():
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001")
+    stub_tagged(stub, "cr-00000000000000001")  # it is still there: listed once, cancelled once
+    stub_cancel(stub, "cr-00000000000000001")
+    probe_stopped_before_its_cancel(ec2, stub)
 
 
 @pytest.mark.parametrize("listing", ["fails", "lags"])
@@ -354,11 +359,7 @@ def test_a_reservation_the_tag_listing_does_not_show_is_still_cancelled(listing,
     else:
         stub_tagged(stub)
     stub_cancel(stub, "cr-00000000000000001")
-    stub.activate()
-    with pytest.raises(KeyboardInterrupt):
-        capacity.probe_zones(Interrupt(ec2, "cancel_capacity_reservation", after_call=False), "g6.12xlarge",
-                             list(ZONES), token="t")
-    stub.assert_no_pending_responses()
+    probe_stopped_before_its_cancel(ec2, stub)
     assert "could not cancel" not in capsys.readouterr().out
 
 
