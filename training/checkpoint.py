@@ -33,7 +33,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from training.fp8 import plain_tensors
-from training.storage import COMMIT_PROTOCOL, SETTINGS, TRAIN_STATE
+from training.storage import COMMIT_PROTOCOL, SETTINGS, TRAIN_STATE, rng_file
 
 # train_state.json's data_unit: positions written before it were each worker's micro-batches.
 GLOBAL_ROWS = "global rows"
@@ -50,10 +50,6 @@ def seed_rank(seed: int, rank: int) -> None:
     torch.manual_seed(seed + rank)  # every CUDA device too
     random.seed(seed + rank)
     np.random.seed(seed + rank)
-
-
-def rng_file(rank: int) -> str:
-    return f"rng-rank{rank}.pt"
 
 
 def rng_state() -> dict:

@@ -83,6 +83,11 @@ COMMIT_PROTOCOL = "commit marker"
 count when every rank's shards are verified (checkpoint_status)."""
 
 
+def rng_file(rank: int) -> str:
+    """A rank's random state in a checkpoint: each worker writes and uploads its own."""
+    return f"rng-rank{rank}.pt"
+
+
 @dataclass(frozen=True)
 class FoundCheckpoint:
     step: int | None
@@ -175,8 +180,8 @@ def missing_files(fs, path: str, sizes: dict[str, int] | None = None, world: int
         if sizes[name] < end:
             return f"{name} holds {sizes[name]} of {end} bytes"
     for rank in range(world or 0):
-        if f"rng-rank{rank}.pt" not in sizes:
-            return f"rng-rank{rank}.pt missing (rank {rank}'s random state)"
+        if rng_file(rank) not in sizes:
+            return f"{rng_file(rank)} missing (rank {rank}'s random state)"
     return None
 
 
