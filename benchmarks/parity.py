@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -78,6 +79,12 @@ def order_batches(stream: torch.Tensor, seq_len: int, micro_batch: int, order: i
         rows = blocks[permutation[first:first + micro_batch]].long()
         yield {"input_ids": rows[:, :-1], "labels": rows[:, 1:]}
         m += 1
+
+
+def held_out_batches(root: Path, seq_len: int, micro_batch: int, count: int, rank: int, world: int) -> list[dict]:
+    """The validation every branch is judged on: this rank's first `count` micro-batches of the held-out files
+    (data order 0, the same for every branch)."""
+    return list(itertools.islice(order_batches(corpus(root, True), seq_len, micro_batch, 0, rank, world), count))
 
 
 def relative_range(values: list[float]) -> float:
@@ -204,13 +211,13 @@ def run(args, earlier: dict | None = None) -> dict:
     if cuda:
         torch.cuda.set_device(device)
     root = Path(os.__file__).parent
-    train, validation = corpus(root, False), corpus(root, True)
+    train = corpus(root, False)
     # The h200 profile (compiled layers, no recomputation, weights kept gathered) at the branch's shape; "pattern"
     # only picks plain causal SDPA, as for unpacked data (each block is one stretch of text).
     base = TrainConfig(model=args.model, **{**GPU_PROFILES["h200"], "seq_len": args.seq_len, "micro_batch": args.micro_batch},
                        data="pattern", seed=0)
     state = full_state_dict_on_rank0(base, model_config(base)) if rank == 0 else {}
-    held = [b for _, b in zip(range(args.eval_batches), order_batches(validation, args.seq_len, args.micro_batch, 0, rank, world))]
+    held = held_out_batches(root, args.seq_len, args.micro_batch, args.eval_batches, rank, world)
     scratch = [tempfile.mkdtemp(dir=_scratch_root()) if rank == 0 else None]  # one folder for every rank's shards
     dist.broadcast_object_list(scratch, src=0)
     scratch = Path(scratch[0])

@@ -42,13 +42,15 @@ if not os.environ.get("JSII_NODE") and (node := _node_binary()):
 # modules of each list below, which make one group and so run one after another in one process. The groups are
 # handed out in this order, the longest first. Plain `pytest` (no -n) runs everything in one process as before.
 GROUPS = {
-    # Ray Train runs, and every test that times a bound (a hang, a slow node, a step's waits, a refusal that takes
-    # seconds): never two of them at once.
+    # Ray Train runs that time bounds (the fault chains' hangs and held uploads), and every test that times a bound
+    # (a hang, a slow node, a step's waits, a refusal that takes seconds): never two of them at once.
     "serial": ("training/test_train_ray.py", "training/test_fault_matrix.py",
                "training/test_worker_setup.py", "training/test_watchdog.py",
                "training/test_health_gate.py", "training/test_step_guard.py", "training/test_resume_check.py",
                "training/test_preemption.py", "training/test_tracking.py", "training/test_failures.py",
                "training/test_checkpoint_commit.py"),
+    # The real-data Ray Train runs, on a local Ray of their own beside the serial group: they time nothing.
+    "ray_sft": ("training/test_train_ray_sft.py",),
     # Ray Data's shuffles on a local Ray of their own, beside the serial group: they time nothing.
     "ray_data": ("training/test_data_order.py",),
     # Process groups of several workers (tests.process_group's fork server, torchrun, mp.spawn) that time nothing.

@@ -22,7 +22,7 @@ from training.inputs import check_hub_positions, check_inputs
 from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
 from training.storage import storage_uri
 from training.worker import (DATA_COUNTS_FILE, check_transport, export_model, data_position, log, prepare_training,
-                             rank0_choice, read_data_counts, read_metrics_file, run_uri, sharding_mesh, train_batches)
+                             rank0_choice, read_data_counts, run_records, run_uri, sharding_mesh, train_batches)
 
 
 # ---------------------------------------------------------------- inside each worker
@@ -34,10 +34,9 @@ def train_func(config: dict) -> dict:
     import ray.train
 
     from training import checkpoint as ckpt
-    from training import faults, preemption, tracking, watchdog
+    from training import faults, preemption, watchdog
     from training.fp8 import after_optimizer_step
     from training.health import gate_for_run, health_line
-    from training.records import RecordWriter
     from training.runtime_checks import first_minute_checks
     from training.schedule import lr_at, step_output
     from training.step import NonFiniteStep, evaluate, train_step
@@ -97,9 +96,7 @@ def train_func(config: dict) -> dict:
     peak = cfg.peak_tflops or (datasheet_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
     flops_tok = model_flops_per_token(model, cfg.seq_len)
     throughput = Throughput(cfg.tokens_per_step_per_worker, flops_tok, peak, start_step=step)
-    metrics_log = RecordWriter(run_uri(cfg), read_metrics_file(cfg, up_to_step=step)) if rank == 0 else None
-    tracker = tracking.start(cfg, run_uri(cfg), rank, resumed_from=step, health=health_line(health_figures),
-                             earlier=list(metrics_log.records) if metrics_log else [])
+    metrics_log, tracker = run_records(cfg, rank, step, health_line(health_figures))
     last = None
 
     def summary() -> dict:

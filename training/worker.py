@@ -162,6 +162,19 @@ def read_metrics_file(cfg: TrainConfig, up_to_step: int) -> list[dict]:
     return read_metrics(read_text(uri), up_to_step)
 
 
+def run_records(cfg: TrainConfig, rank: int, step: int, health: str | None):
+    """(rank 0's metrics file, continued from the run's records up to the checkpoint at `step`, or None on another
+    rank; this rank's tracker). The tracker gets those earlier records too: it sends what it lacks of them, the
+    steps a rank 0 that died had not sent yet."""
+    from training import tracking
+    from training.records import RecordWriter
+
+    metrics_log = RecordWriter(run_uri(cfg), read_metrics_file(cfg, up_to_step=step)) if rank == 0 else None
+    tracker = tracking.start(cfg, run_uri(cfg), rank, resumed_from=step, health=health,
+                             earlier=list(metrics_log.records) if metrics_log else [])
+    return metrics_log, tracker
+
+
 def export_model(cfg: TrainConfig, model, rank: int, folder: str | None = None) -> None:
     """The model as a Hugging Face export (training.export) in `folder`, or uploaded to <run>/hf-export.
     Every rank calls it (the weights are gathered); rank 0 writes."""

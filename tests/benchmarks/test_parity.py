@@ -33,6 +33,15 @@ def test_the_corpus_holds_every_standard_library_file_once_training_or_held_out(
     assert bytes(validation.numpy()) == b"".join(f.read_bytes() for f in held)
 
 
+def test_every_branch_is_judged_on_blocks_of_the_held_out_files_only(tmp_path):
+    root = corpus_folder(tmp_path)
+    files = parity.source_files(root)
+    held = b"".join(f.read_bytes() for f in files if parity.held_out(f.relative_to(root).as_posix()))
+    batches = parity.held_out_batches(root, 16, 2, 3, 0, 1)
+    rows = [bytes(row.tolist()) for batch in batches for row in torch.cat([batch["input_ids"], batch["labels"][:, -1:]], 1)]
+    assert len(rows) == 6 and all(row in held for row in rows)
+
+
 def test_held_out_is_a_tenth_of_paths_by_their_hash():
     # sha256("a.py") begins with byte 0xf0 = 240 (240 % 10 = 0: held out); "b.py" with 0x4a = 74 (4).
     assert parity.held_out("a.py") and not parity.held_out("b.py")

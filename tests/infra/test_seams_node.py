@@ -239,6 +239,12 @@ def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path)
     # bash starts a comment only at a word's first character (bash manual, Comments): a '#' inside a word or
     # quotes hides nothing after it
     ("sed -i 's#a#b#' /usr/lib/x", "/usr/lib/x"), ('echo "#" > /usr/bin/x', "/usr/bin/x"),
+    # a quote left open runs on: the next line's '#' is inside it, and what follows the closing quote runs
+    ('msg="first\n# second"; echo 1 > /usr/bin/x', "/usr/bin/x"),
+    ("echo 1 > /etc/x  # a trailing comment naming /var/log is not run", ""),
+    # a heredoc's body is data, scanned whole; its apostrophe opens no quote, so the comment after it is one
+    ("cat > /etc/a <<'EOF'\nit's /usr/lib/x\nEOF", "/usr/lib/x"),
+    ("cat > /etc/a <<EOF\nit's data\nEOF\n# a comment naming /var/log\necho 1 > /usr/bin/y", "/usr/bin/y"),
 ])
 def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token

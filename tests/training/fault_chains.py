@@ -11,7 +11,7 @@ Every chain runs test_train_ray's uninterrupted settings (pattern data, 2 worker
 Fault kinds: nan, raise, hang, kill, sigterm, storage, prestop; moments: slow (a save still in flight: its upload on
 the last rank held back 3 s), settle (every save committed first: just after a hand-over), or neither (before
 the first checkpoint). The fourth moment, after an epoch boundary with the next attempt on another number of
-workers, needs real data: test_train_ray's stopped_and_resumed.
+workers, needs real data: test_train_ray_sft's stopped_and_resumed.
 """
 
 from __future__ import annotations

@@ -341,3 +341,18 @@ def test_a_synthetic_stream_resumed_at_a_position_starts_at_that_micro_step():
     first = next(synthetic_batches("pattern", 5, 97, 8, 2, rank=1, world_size=2, position=3))
     expected = torch.stack([synthetic_block("pattern", 5, 14, 97, 9), synthetic_block("pattern", 5, 15, 97, 9)])
     assert torch.equal(first["input_ids"], expected[:, :-1]) and torch.equal(first["labels"], expected[:, 1:])
+
+
+def test_reading_a_source_keeps_the_order_of_its_rows(monkeypatch):
+    """Ray Data hands blocks on in the order their tasks finish unless told otherwise (ExecutionOptions.preserve_order,
+    False by default in ray/data/_internal/execution/interfaces/execution_options.py): the data position a resume
+    skips counts the rows of one fixed order."""
+    import ray.data
+
+    from training.sources import read_source
+
+    options = ray.data.DataContext.get_current().execution_options
+    monkeypatch.setattr(options, "preserve_order", False)
+    monkeypatch.setattr(ray.data, "read_json", lambda path, lines: (path, lines))
+    assert read_source("/data/train.jsonl") == ("/data/train.jsonl", True)
+    assert options.preserve_order is True

@@ -138,8 +138,10 @@ def one_rank_group(tmp_path):
     dist.destroy_process_group()
 
 
-def validation_with(monkeypatch, rows: int, micro_batch: int, eval_batches: int) -> list[dict]:
-    """One worker's validation, on the blocks a first attempt of one worker sets (eval_batches x micro_batch)."""
+def validation_with(monkeypatch, rows: int, micro_batch: int, eval_batches: int,
+                    source: dict | None = None) -> list[dict]:
+    """One worker's validation, on the blocks a first attempt of one worker sets (eval_batches x micro_batch), from
+    `source` (a held-out fraction of --data by default)."""
     import ray.train  # a submodule: `import ray` alone does not load it
 
     from training.validation_set import validation_batches
@@ -147,13 +149,14 @@ def validation_with(monkeypatch, rows: int, micro_batch: int, eval_batches: int)
     shard = ray.data.from_items([{"input_ids": np.full(8, i), "labels": np.full(8, i), "position_ids": np.arange(8),
                                   "real_tokens": 8} for i in range(rows)]).iterator()
     monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: shard, raising=False)
-    cfg = TrainConfig(model="folder", data="data.jsonl", val_fraction=0.1, micro_batch=micro_batch,
-                      eval_batches=eval_batches, seq_len=8)
+    cfg = TrainConfig(model="folder", data="data.jsonl", micro_batch=micro_batch, eval_batches=eval_batches, seq_len=8,
+                      **(source or {"val_fraction": 0.1}))
     return validation_batches(cfg, 512, 0, 1, torch.device("cpu"), eval_batches * micro_batch)[0]
 
 
-def test_validation_counts_every_block_once(monkeypatch, one_rank_group):
-    held = validation_with(monkeypatch, rows=5, micro_batch=2, eval_batches=16)
+@pytest.mark.parametrize("source", [{"val_fraction": 0.1}, {"val_data": "validation.jsonl"}], ids=["fraction", "file"])
+def test_validation_counts_every_block_once(monkeypatch, one_rank_group, source):
+    held = validation_with(monkeypatch, rows=5, micro_batch=2, eval_batches=16, source=source)
     seen = [int(row[0]) for batch in held for row in batch["input_ids"]]
     assert sorted(seen) == [0, 1, 2, 3, 4]
 

@@ -1,21 +1,19 @@
 """The fault matrix beyond `make test` (`make fault-matrix`; docs/testing.md, "Fault matrix"): every fault at every
 moment, chain by chain (tests/training/fault_chains.py), against one uninterrupted run of the same settings on one
-local Ray. `core` and the epoch moment run in test_train_ray (make test)."""
+local Ray. `core` runs in test_train_ray and the epoch moment in test_train_ray_sft (make test)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
 from tests.conftest import local_ray
 from tests.training import fault_chains
+from tests.training.conftest import STEPS
+from tests.training.conftest import config as ray_run_config
 from training.config import TrainConfig
-from training.config_rules import validate
 from training.train import fit
 
 pytestmark = pytest.mark.fault_matrix
-STEPS = 24
 MATRIX = [name for name in fault_chains.CHAINS if name != "core"]
 
 
@@ -31,11 +29,8 @@ def workspace(tmp_path_factory):
 
 def config(root, name: str, **overrides) -> TrainConfig:
     """test_train_ray's uninterrupted settings; a checkpoint every 4 steps and a hang bound of 3 s."""
-    base = TrainConfig(model="tiny", steps=STEPS, seq_len=64, micro_batch=2, grad_accum=2, lr=3e-3, warmup_steps=4,
-                       min_lr_ratio=0.2, data="pattern", storage_path=str(root), run_name=name,
-                       checkpoint_every=fault_chains.EVERY, workers=2, local=True, seed=5,
-                       watchdog_step_seconds=fault_chains.WATCHDOG_S)
-    return validate(dataclasses.replace(base, **overrides))
+    return ray_run_config(root, name, micro_batch=2, grad_accum=2, checkpoint_every=fault_chains.EVERY,
+                          watchdog_step_seconds=fault_chains.WATCHDOG_S, **overrides)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,11 @@
 """The experiment tracker on rank 0 (training/tracking.py), without Ray: its options' refusals, what a slow, dead
 or recovering tracker costs the step, what a resumed run sends, the packages it needs, and W&B's offline files.
-The runs end to end against a real MLflow server: test_train_ray.py."""
+The runs end to end against a real MLflow server: test_train_ray.py and test_train_ray_sft.py."""
 
 from __future__ import annotations
 
 import glob
+import json
 import struct
 import time
 import types
@@ -269,6 +270,8 @@ class Server:
     def __init__(self) -> None:
         self.experiments: dict[str, str] = {}
         self.runs: list[str] = []
+        self.params: dict[str, dict[str, str]] = {}
+        """The params each run holds, by run id."""
 
     def client(self, uri: str) -> "Server":
         return self
@@ -286,7 +289,7 @@ class Server:
 
     def get_run(self, run_id):
         assert run_id in self.runs
-        return types.SimpleNamespace(data=types.SimpleNamespace(params={}))
+        return types.SimpleNamespace(data=types.SimpleNamespace(params=dict(self.params.get(run_id, {}))))
 
     def update_run(self, run_id, status):
         pass
@@ -295,16 +298,21 @@ class Server:
         return []
 
 
-def test_a_retry_continues_the_mlflow_run_its_first_attempt_created(tmp_path, monkeypatch):
-    """Each attempt (a job retry, a worker-group restart) opens the tracker anew: the second finds the run the first
-    created, under the same tracking URI and experiment, and logs to it (one MLflow run, one curve), and a rerun into
-    another experiment gets a run of its own there."""
+def fake_mlflow(monkeypatch) -> Server:
     import sys
 
     server = Server()
     monkeypatch.setitem(sys.modules, "mlflow", types.SimpleNamespace(MlflowClient=server.client,
                                                                      set_tracking_uri=lambda uri: None))
     monkeypatch.setitem(sys.modules, "mlflow.exceptions", types.SimpleNamespace(MlflowException=RuntimeError))
+    return server
+
+
+def test_a_retry_continues_the_mlflow_run_its_first_attempt_created(tmp_path, monkeypatch):
+    """Each attempt (a job retry, a worker-group restart) opens the tracker anew: the second finds the run the first
+    created, under the same tracking URI and experiment, and logs to it (one MLflow run, one curve), and a rerun into
+    another experiment gets a run of its own there."""
+    server = fake_mlflow(monkeypatch)
     run = str(tmp_path / "r")
     attempts = [tracking._Mlflow("http://mlflow:5000", "team", "r") for _ in range(2)]
     for attempt in attempts:
@@ -313,6 +321,25 @@ def test_a_retry_continues_the_mlflow_run_its_first_attempt_created(tmp_path, mo
     elsewhere = tracking._Mlflow("http://mlflow:5000", "other", "r")
     elsewhere.open(run)
     assert elsewhere.run_id == "run2" and server.experiments == {"team": "1", "other": "2"}
+
+
+def test_a_reopened_mlflow_run_sends_a_changed_value_of_a_param_it_holds_as_a_tag(tmp_path, monkeypatch):
+    """The retry after a resize reopens the run that holds workers=2 and lr: MLflow refuses a changed param on
+    log-batch (INVALID_PARAMETER_VALUE), so workers=1 goes out as a tag and only the new seed as a param."""
+    import sys
+
+    import mlflow.entities  # the real entities: send() builds its batch from them
+
+    monkeypatch.setitem(sys.modules, "mlflow.entities", mlflow.entities)
+    server = fake_mlflow(monkeypatch)
+    run = str(tmp_path / "r")
+    tracking._Mlflow("http://mlflow:5000", "team", "r").open(run)
+    server.params["run1"] = {"workers": "2", "lr": "0.001"}
+    retry = tracking._Mlflow("http://mlflow:5000", "team", "r")
+    retry.open(run)
+    retry.client = Client()  # what the reopened run is then sent
+    retry.send([("params", {"workers": 1, "lr": 0.001, "seed": 5})])
+    assert retry.client.batches == [{"metrics": [], "params": {"seed": "5"}, "tags": {"resumed_with.workers": "1"}}]
 
 
 def test_mlflow_keeps_a_resumed_runs_params_and_tags_the_values_that_changed():
@@ -403,3 +430,25 @@ def test_a_live_steps_mlflow_timestamp_is_milliseconds_since_the_epoch(monkeypat
     tracker.close()
     assert {m.timestamp for batch in backend.client.batches for m in batch["metrics"]} == {1796515230500}
     assert tracking._milliseconds("2026-12-06T00:00:30Z") == 1796515230000
+
+
+def test_a_resumed_run_hands_its_tracker_the_records_up_to_the_checkpoint(tmp_path, monkeypatch):
+    """Rank 0 died at step 6 with steps 3-6 not yet sent: the retry resumes from the checkpoint at step 4, and its
+    tracker gets steps 1-4 of metrics.jsonl to send what it lacks (5 and 6 are trained again). Rank 1 logs nothing."""
+    from training.records import METRICS_FILE
+    from training.worker import run_records
+
+    cfg = TrainConfig(storage_path=str(tmp_path), run_name="r")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / METRICS_FILE).write_text("".join(json.dumps(step_record(s)) + "\n" for s in range(1, 7)))
+    handed = {}
+
+    def start(cfg, run_uri, rank, resumed_from, health, earlier=()):
+        handed[rank] = (resumed_from, [record["step"] for record in earlier])
+        return tracking.Tracker()
+
+    monkeypatch.setattr(tracking, "start", start)
+    metrics_log, _ = run_records(cfg, 0, 4, None)
+    metrics_log.close()
+    assert run_records(cfg, 1, 4, None)[0] is None
+    assert handed == {0: (4, [1, 2, 3, 4]), 1: (4, [])}

@@ -442,3 +442,35 @@ def test_sharding_auto_on_a_cluster_is_refused_and_on_one_machine_is_full(capsys
     assert choose_layout(local, ["node-a", "node-a"]) == ("full", 1, 2, "one machine")
 
 
+
+
+def test_hybrid_sharding_replicates_over_the_nodes_and_shards_over_each_nodes_workers():
+    """2 g6.12xlarge of 4 GPUs each: a replica per node, each layer sharded over that node's 4 GPUs (HSDP's mesh,
+    (replicate, shard) = (nodes, GPUs per node)); FSDP's full sharding takes the 8 GPUs as one flat mesh."""
+    from training.worker import choose_layout
+
+    placement = ["node-a"] * 4 + ["node-b"] * 4
+    hybrid = parse_args(["--model", "tiny", "--workers", "8", "--sharding", "hybrid"])
+    assert choose_layout(hybrid, placement) == ("hybrid", 2, 4, "as set")
+    full = parse_args(["--model", "tiny", "--workers", "8", "--sharding", "full"])
+    assert choose_layout(full, placement) == ("full", 1, 8, "as set")
+
+
+def test_the_run_summary_holds_the_last_steps_loss_and_the_last_validation(tmp_path):
+    """Validated at steps 2 and 4 of 5: the summary's val_loss and val_ppl are step 4's (ppl = e^loss), its loss
+    step 5's; a record past the step the run returned (a retry's leftover) is not read."""
+    import math
+
+    from training.driver import write_run_summary
+
+    cfg = TrainConfig(storage_path=str(tmp_path), run_name="r")
+    losses = {1: 6.0, 2: 5.0, 3: 4.5, 4: 4.0, 5: 3.5, 6: 9.9}
+    validated = {2: 5.5, 4: 4.25}
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": loss} | ({"val_loss": validated[s], "val_ppl": math.exp(validated[s])}
+                                                if s in validated else {})) + "\n" for s, loss in losses.items()))
+    summary = write_run_summary(cfg, {"step": 5}, started=0.0)
+    assert (summary["final_loss"], summary["val_loss"]) == (3.5, 4.25)
+    assert summary["val_ppl"] == pytest.approx(math.exp(4.25))
+    assert json.loads((tmp_path / "r" / "run_summary.json").read_text())["val_loss"] == 4.25

@@ -108,3 +108,19 @@ def test_require_efa_judges_every_ranks_nccl_log_not_only_its_own(tmp_path, monk
                                                          cuda=SimpleNamespace(synchronize=lambda: None)))
     with pytest.raises(RuntimeError, match=f"^--require-efa: {re.escape(refused)}"):
         check_transport(cfg, rank=0)
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_the_driver_starts_or_joins_ray_with_the_jobs_runtime_env(monkeypatch, local):
+    """On one machine and on the cluster (address auto) alike: a worker started without the job's runtime_env has
+    no NCCL_DEBUG_FILE and no setup hook making its folder, and --require-efa then finds no rank's NCCL log."""
+    from training.driver import start_ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    cfg = TrainConfig(model="tiny", workers=2, local=local, require_efa=True, run_name="r")
+    start_ray(cfg)
+    [kwargs] = calls
+    assert kwargs["runtime_env"] == runtime_env(cfg) and "NCCL_DEBUG_FILE" in kwargs["runtime_env"]["env_vars"]
+    assert kwargs.get("address") == (None if local else "auto")

@@ -52,11 +52,47 @@ class Outcome:
     """The token that kept the script from running, or ''."""
 
 
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
+_WORD_START = " \t;|&(){}<>"
+
+
+def _without_comments(script: str) -> list[str]:
+    """The script's lines less their comments, as bash reads them (bash manual, Comments): a '#' that starts a
+    word outside quotes, to the end of its line. A quote left open runs on into the next lines, so a line that
+    starts with '#' inside a multi-line string is not a comment. A heredoc's body is data: kept whole, its quotes
+    not counted. Quotes nested in a command substitution inside double quotes are not followed."""
+    lines, quote, heredoc_end = [], "", None
+    for line in script.splitlines():
+        if heredoc_end is not None:
+            lines.append(line)
+            heredoc_end = None if line.strip("\t") == heredoc_end else heredoc_end
+            continue
+        kept, at = [], 0
+        while at < len(line):
+            char = line[at]
+            if quote == "'":
+                quote = "" if char == "'" else quote
+            elif char == "\\":
+                kept.append(line[at:at + 2])
+                at += 2
+                continue
+            elif quote == '"':
+                quote = "" if char == '"' else quote
+            elif char in "'\"":
+                quote = char
+            elif char == "#" and (at == 0 or line[at - 1] in _WORD_START):
+                break
+            kept.append(char)
+            at += 1
+        lines.append("".join(kept))
+        if not quote and (heredoc := _HEREDOC.search(lines[-1])):
+            heredoc_end = heredoc.group(2)
+    return lines
+
+
 def refused_token(script: str) -> str:
     """The first token that could make the script write outside its temporary root, or ''."""
-    for line in script.splitlines():
-        if line.lstrip().startswith("#"):
-            continue  # the shebang and comments are not run
+    for line in _without_comments(script):  # the shebang and comments are not run
         line = _URL.sub("", line)
         for match in _ABSOLUTE.finditer(line):
             token = match.group()
