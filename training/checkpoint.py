@@ -337,9 +337,9 @@ class Checkpoints:
 def commit(uri: str, world: int, timeout_s: float = COMMIT_WAIT_S) -> None:
     """Rank 0, once its own files are uploaded: wait until every rank's are in storage, whole (storage.missing_files),
     then write the commit marker, last. TimeoutError naming what is missing when they do not all arrive."""
-    from training.storage import COMMIT, _filesystem, missing_files, write_text
+    from training.storage import COMMIT, filesystem, missing_files, write_text
 
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     deadline = time.monotonic() + timeout_s
     while (missing := missing_files(fs, path, world=world)) is not None:
         if time.monotonic() > deadline:

@@ -127,10 +127,10 @@ def _run_prestop_hook(step: int, run_uri: str) -> None:
 def _others_uploaded(uri: str, world: int) -> bool:
     """Whether every rank's part of the checkpoint at `uri` but the last rank's is in storage: DCP's index (rank 0),
     their shard files (`__<rank>_<n>.distcp`, DCP's FileSystemWriter names) and random states."""
-    from training.storage import _file_sizes, _filesystem, rng_file
+    from training.storage import file_sizes, filesystem, rng_file
 
-    fs, path = _filesystem(uri)
-    names = _file_sizes(fs, path)
+    fs, path = filesystem(uri)
+    names = file_sizes(fs, path)
     others = range(world - 1)
     return (".metadata" in names and all(rng_file(rank) in names for rank in others)
             and all(any(name.startswith(f"__{rank}_") for name in names) for rank in others))

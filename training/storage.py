@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _filesystem(uri: str):
+def filesystem(uri: str):
+    """(pyarrow filesystem, path) of a local path or an s3:// URI."""
     import pyarrow.fs
 
     if "://" not in uri:
@@ -19,27 +20,27 @@ def write_text(uri: str, text: str) -> None:
 
 
 def write_bytes(uri: str, data: bytes) -> None:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as stream:
         stream.write(data)
 
 
 def read_text(uri: str) -> str:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     with fs.open_input_stream(path) as stream:
         return stream.read().decode()
 
 
 def remove(uri: str) -> None:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     fs.delete_file(path)
 
 
 def upload_folder(local: str | Path, uri: str) -> None:
     import pyarrow.fs
 
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     fs.create_dir(path, recursive=True)
     pyarrow.fs.copy_files(str(local), path, destination_filesystem=fs)
 
@@ -48,7 +49,7 @@ def download_folder(uri: str, local: str | Path) -> str:
     """Copy a folder from storage to a local one; returns the local path."""
     import pyarrow.fs
 
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     Path(local).mkdir(parents=True, exist_ok=True)
     pyarrow.fs.copy_files(path, str(local), source_filesystem=fs)
     return str(local)
@@ -64,7 +65,7 @@ def ray_checkpoint(uri: str):
     """A checkpoint folder as a ray.train.Checkpoint (as_directory() downloads one in S3)."""
     from ray.train import Checkpoint
 
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     return Checkpoint(path, filesystem=fs)
 
 
@@ -102,7 +103,7 @@ def scan_checkpoints(run_uri: str) -> list[FoundCheckpoint]:
     """Every checkpoint_* folder of a run, complete or not, with why (checkpoint_status), by step (unreadable last)."""
     import pyarrow.fs
 
-    fs, path = _filesystem(run_uri)
+    fs, path = filesystem(run_uri)
     try:
         entries = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
     except (FileNotFoundError, OSError):
@@ -126,7 +127,7 @@ def checkpoint_status(fs, path: str) -> tuple[bool, str, int | None]:
     whole (missing_files)."""
     import json
 
-    sizes = _file_sizes(fs, path)
+    sizes = file_sizes(fs, path)
     if TRAIN_STATE not in sizes:
         return False, f"no {TRAIN_STATE} (rank 0's files did not all arrive)", None
     try:
@@ -147,7 +148,8 @@ def checkpoint_status(fs, path: str) -> tuple[bool, str, int | None]:
     return True, "written before commit markers; every rank's shards verified", step
 
 
-def _file_sizes(fs, path: str) -> dict[str, int]:
+def file_sizes(fs, path: str) -> dict[str, int]:
+    """Size by name of every file directly in a folder (none where it does not exist)."""
     import pyarrow.fs
 
     return {f.base_name: f.size for f in fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
@@ -161,7 +163,7 @@ def missing_files(fs, path: str, sizes: dict[str, int] | None = None, world: int
     so rank 0's alone prove nothing."""
     import pickle
 
-    sizes = _file_sizes(fs, path) if sizes is None else sizes
+    sizes = file_sizes(fs, path) if sizes is None else sizes
     if ".metadata" not in sizes:
         return "no .metadata (DCP's index, written by rank 0)"
     try:
@@ -186,7 +188,7 @@ def missing_files(fs, path: str, sizes: dict[str, int] | None = None, world: int
 
 
 def remove_folder(uri: str) -> None:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     fs.delete_dir(path)
 
 
@@ -240,7 +242,7 @@ def download_prefix(uri: str, target: Path) -> int:
 def exists(uri: str) -> bool:
     import pyarrow.fs
 
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
 
 

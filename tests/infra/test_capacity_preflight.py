@@ -281,6 +281,20 @@ def test_a_pending_reservation_is_waited_for_and_counted_only_once_active():
     stub.assert_no_pending_responses()
 
 
+@pytest.mark.parametrize("state", ["assessing", "delayed"])
+def test_a_reservation_ec2_is_still_assessing_or_has_delayed_is_cancelled_and_is_no_capacity(state):
+    """EC2's capacity reservation states: assessing and delayed are not yet capacity (only active is); both can be
+    cancelled, and are, at once."""
+    ec2, stub = ec2_stub()
+    stub_create(stub, "us-east-2a", "cr-00000000000000001", state=state)
+    stub_cancel(stub, "cr-00000000000000001")
+    stub_tagged(stub)
+    stub.activate()
+    assert capacity.probe_zones(ec2, "g6.12xlarge", ["us-east-2a"], token="t", sleep=lambda s: None) == {
+        "us-east-2a": f"reservation {state}"}
+    stub.assert_no_pending_responses()
+
+
 def test_a_reservation_still_pending_after_the_wait_is_no_capacity_and_named_with_its_cancel_command(capsys):
     ec2, stub = ec2_stub()
     stub_create(stub, "us-east-2a", "cr-00000000000000001", state="pending")
@@ -566,6 +580,26 @@ def test_a_scheduled_blocks_job_is_counted_from_the_blocks_start():
     assert check.verdict == WARN and check.reason.startswith("the job's predicted ~60 min from 09:30 end at 2026-12-03 "
                                                              "10:30 UTC, after EKS scales the nodes to 0 at 2026-12-03 "
                                                              "10:20 UTC")
+
+
+def test_a_blocks_zone_is_never_kept_from_the_cache():
+    """A Capacity Block's zone is a fact of the block named, not a ranking: after capacity_reservation_id moves to a
+    block in us-east-2a, the zone cached for an earlier block (us-east-2b) is replaced, and auto takes us-east-2a."""
+    from stacks.lookups import gpu_zones_key
+
+    ec2, stub = ec2_stub()
+    stub.add_response("describe_availability_zones", zones_answer(),
+                      {"Filters": [{"Name": "zone-type", "Values": ["availability-zone"]}]})
+    stub.add_response("describe_capacity_reservations", {"CapacityReservations": [block_answer()]},
+                      {"CapacityReservationIds": [BLOCK]})
+    stub.activate()
+    key = gpu_zones_key("us-east-2", "p5.48xlarge", "capacity-block")
+    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"], "zones": list(ZONES)}}
+    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}",
+                 "gpu_availability_zone=auto")
+    check = capacity.check_zones(ec2, s, cache, context={key: {"zones": ["us-east-2b"], "basis": "an earlier block"}})
+    assert cache[key]["zones"] == ["us-east-2a"]
+    assert check.verdict == PASS and check.reason.endswith("; auto takes the first of us-east-2a in availability_zones")
 
 
 def test_an_expired_block_fails():

@@ -426,8 +426,9 @@ def test_watch_refuses_intervals_that_are_not_positive(monkeypatch, capsys, flag
     assert err.startswith(f"error: argument {flag}:") and "\n" not in err
 
 
+@pytest.mark.parametrize("argv", [["--node-timeout", "-5"], ["--node-timeout=-5"]], ids=["space", "equals"])
 @pytest.mark.parametrize("tool", ["watch", "preflight", "deploy", "teardown"])
-def test_an_option_no_tool_takes_is_refused_in_one_line_before_anything_starts(monkeypatch, capsys, tool):
+def test_an_option_no_tool_takes_is_refused_in_one_line_before_anything_starts(monkeypatch, capsys, tool, argv):
     # --node-timeout was watch's until the watch learned to follow the nodes itself; a rerun with it was ignored.
     import importlib
 
@@ -435,7 +436,7 @@ def test_an_option_no_tool_takes_is_refused_in_one_line_before_anything_starts(m
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr("boto3.Session", lambda *a, **k: pytest.fail("AWS was called: the refusal came too late"))
-    assert importlib.import_module(f"tools.{tool}").main(["--node-timeout", "-5"]) == 2
+    assert importlib.import_module(f"tools.{tool}").main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: unrecognized option --node-timeout: python -m tools.{tool} takes -c, --context, ")
     assert err.count("\n") == 1

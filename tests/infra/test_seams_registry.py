@@ -64,6 +64,15 @@ def test_a_prefix_that_begins_the_repository_name_only_as_text_serves_no_pull():
     assert registry.rule_of(pull, [text_prefix, serving]) == serving
 
 
+def test_of_two_rules_that_serve_a_repository_the_longer_prefix_is_its_rule():
+    """ecr-public/ and ecr-public/deep-learning-containers/ both begin the Ray image's repository: the more specific
+    rule, fetching from another upstream, is the one the path and the upstream are judged against, in either order."""
+    pull = registry.Pull("Helm chart values", CACHED)
+    broad = registry.Rule("Broad", "ecr-public", "public.ecr.aws")
+    specific = registry.Rule("Specific", "ecr-public/deep-learning-containers", "public.ecr.aws/deep-learning-containers")
+    assert registry.rule_of(pull, [broad, specific]) == specific and registry.rule_of(pull, [specific, broad]) == specific
+
+
 def test_the_import_rights_removed_from_the_node_roles_deny_each_nodes_first_pull(synthesized):
     for policy in of_type(synthesized, "AWS::IAM::Policy").values():
         statements = policy["Properties"]["PolicyDocument"]["Statement"]
@@ -124,9 +133,13 @@ def _joined_json(values: dict) -> list:
     return [before, *join["Fn::Join"][1], after]
 
 
-def test_an_add_ons_image_in_another_regions_registry_is_found():
+def test_an_add_ons_image_in_another_regions_registry_is_found_though_a_rule_here_has_its_prefix():
+    """The stack's cache rule (ecr-public/) exists in its own region only: an image under that prefix in eu-west-1's
+    registry has no rule there."""
     t = {"Resources": {
         "Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "demo"}},
+        "Rule": {"Type": "AWS::ECR::PullThroughCacheRule", "Properties": {
+            "EcrRepositoryPrefix": "ecr-public", "UpstreamRegistryUrl": "public.ecr.aws"}},
         "Addon": {"Type": "AWS::EKS::Addon", "Properties": {
             "AddonName": "amazon-cloudwatch-observability", "ClusterName": {"Ref": "Cluster"},
             "ConfigurationValues": json.dumps({"agent": {"image": "111122223333.dkr.ecr.eu-west-1.amazonaws.com/"

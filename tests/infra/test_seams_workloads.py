@@ -243,7 +243,7 @@ def test_an_http_tracker_and_no_tracker_make_no_aws_call():
                             [tracked_job("--tracking=mlflow --mlflow-tracking-uri=http://mlflow:5000")]) == []
 
 
-def granted(mlflow_tracking_uri: str) -> list[dict]:
+def granted(mlflow_tracking_uri: str | None, wandb_api_key_secret: str | None = None) -> list[dict]:
     """The statements grant_tracking_access gives a role, as CloudFormation gets them."""
     from aws_cdk import App, Stack
     from aws_cdk import aws_iam as iam
@@ -253,7 +253,7 @@ def granted(mlflow_tracking_uri: str) -> list[dict]:
 
     stack = Stack(App(), "Tracking")
     role = iam.Role(stack, "Ray", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"))
-    grant_tracking_access(role, mlflow_tracking_uri, None)
+    grant_tracking_access(role, mlflow_tracking_uri, wandb_api_key_secret)
     [policy] = Template.from_stack(stack).find_resources("AWS::IAM::Policy").values()
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
@@ -266,3 +266,12 @@ def test_the_pods_role_allows_every_call_the_trainer_makes_on_its_tracking_serve
     statements = granted(uri)
     assert tracking_denials(statements, tracked_job(f"--tracking=mlflow --mlflow-tracking-uri={uri}")) == []
     assert ("sagemaker:CallMlflowAppApi" in statements[0]["Action"]) == (uri == APP)
+
+
+def test_the_wandb_grant_reads_the_secret_named_and_no_other_that_starts_the_same():
+    """Secrets Manager appends six characters to a secret's name in its ARN; IAM's '?' matches one character: the
+    grant for wandb-key reads wandb-key-AbCdEf, not the secret wandb-key-prod (wandb-key-prod-AbCdEf)."""
+    statements = granted(None, "wandb-key")
+    for name, denied_calls in (("wandb-key", 0), ("wandb-key-prod", 1)):
+        job = tracked_job("--tracking=wandb", [{"name": "WANDB_API_KEY_SECRET", "value": name}])
+        assert len(tracking_denials(statements, job)) == denied_calls, name

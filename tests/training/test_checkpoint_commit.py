@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from training import checkpoint as ckpt
-from training.storage import COMMIT, COMMIT_PROTOCOL, complete_checkpoints, missing_files, scan_checkpoints, _filesystem
+from training.storage import COMMIT, COMMIT_PROTOCOL, complete_checkpoints, filesystem, missing_files, scan_checkpoints
 
 
 def _metadata(names: list[str]) -> bytes:
@@ -135,7 +135,7 @@ def test_a_commit_whose_files_never_arrive_names_what_is_missing(tmp_path, monke
 
 def test_the_world_size_decides_whose_random_state_is_needed(tmp_path):
     folder = _write(tmp_path / "c", 10, without=("rng-rank1.pt",))
-    fs, path = _filesystem(str(folder))
+    fs, path = filesystem(str(folder))
     assert missing_files(fs, path, world=1) is None
     assert missing_files(fs, path, world=2) == "rng-rank1.pt missing (rank 1's random state)"
 

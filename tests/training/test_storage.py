@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from training.storage import (_filesystem, checkpoint_complete, complete_checkpoints, download_prefix, latest_checkpoint,
+from training.storage import (checkpoint_complete, complete_checkpoints, download_prefix, filesystem, latest_checkpoint,
                               local_model_path, write_text)
 from tests.process_group import leave
 
@@ -44,7 +44,7 @@ def run_folder(tmp_path_factory):
 
 
 def test_a_checkpoint_with_every_ranks_shards_is_complete(run_folder):
-    fs, _ = _filesystem(str(run_folder))
+    fs, _ = filesystem(str(run_folder))
     assert sorted(p.name for p in (run_folder / "checkpoint_20").glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert checkpoint_complete(fs, str(run_folder / "checkpoint_20"))
     assert latest_checkpoint(str(run_folder)).path.endswith("checkpoint_20")
@@ -66,7 +66,7 @@ def test_a_checkpoint_missing_any_ranks_bytes_is_not_resumed_from(run_folder, tm
         (newest / ".metadata").unlink()
     else:
         (newest / "train_state.json").unlink()
-    fs, _ = _filesystem(str(run))
+    fs, _ = filesystem(str(run))
     assert not checkpoint_complete(fs, str(newest))
     assert latest_checkpoint(str(run)).path.endswith("checkpoint_10")  # the older, whole one
 
