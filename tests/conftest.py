@@ -32,6 +32,10 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 # ray/train/v2/_internal/constants.py): a run's end, a worker's error or death waits for the next poll. Every
 # 0.25 s here: the same states, seen sooner. The driver passes RAY_TRAIN_* on to the controller and workers.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+# Ray Train starts a preemption watcher actor per attempt (a process importing Ray Train: seconds of CPU) to poll Ray
+# Core for draining nodes; a local Ray drains none, and the trainer reads nothing from it (its own stop requests are
+# training/preemption.py's). RAY_TRAIN_ENABLE_PREEMPTION_WATCHER is Ray's own switch for it, passed on likewise.
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 
 if not os.environ.get("JSII_NODE") and (node := _node_binary()):
     os.environ["JSII_NODE"] = node
@@ -59,7 +63,8 @@ GROUPS = {
         "training/test_export.py", "training/test_fp8.py", "training/test_fp8_state.py", "training/test_fsdp_gloo.py",
         "training/test_global_batch_gloo.py", "training/test_grad_accumulation_precision.py",
         "training/test_hsdp_gloo.py", "training/test_layout_and_resume_choice.py", "training/test_lora_fsdp.py",
-        "training/test_resume_gloo.py", "training/test_storage.py"),
+        "training/test_resume_gloo.py", "training/test_storage.py",
+        "training/test_validation_gloo.py"),
     # Every synthesis of the stack: one process, one template cache (template_for), each settings synthesized once.
     "synth": ("infra/",),
 }

@@ -1,7 +1,8 @@
 """The trainer end to end under Ray Train on local CPU workers, on real data: chat SFT from a Hub-layout dataset with
 validation and an export, the same run stopped after its first epoch and resumed on one worker (the fault matrix's
-epoch moment: tests/training/fault_chains.py, docs/testing.md), and an uneven validation split; with what a real
-MLflow server on loopback holds of them. Pattern data and the core fault chain: test_train_ray."""
+epoch moment: tests/training/fault_chains.py, docs/testing.md); with what a real MLflow server on loopback holds of
+them. Pattern data and the core fault chain: test_train_ray; a validation split uneven over the workers:
+test_validation_gloo."""
 
 from __future__ import annotations
 
@@ -196,37 +197,6 @@ def test_data_counts_cover_the_whole_run_after_a_resume(stopped_and_resumed, cha
     """Resumed from step 20 on 1 worker, the summary counts all 30 steps as the uninterrupted run counts them."""
     _, summary, _ = stopped_and_resumed
     assert summary["data_counts"] == chat_sft[1]["data_counts"]
-
-
-@pytest.fixture(scope="module")
-def three_record_validation(tmp_path_factory):
-    """Validation of three plain-text records, each filling a block of its own (over half of 64 tokens),
-    on 2 workers with micro-batches of 2: the first worker evaluates two blocks, the second one."""
-    from transformers import AutoTokenizer
-
-    tmp = tmp_path_factory.mktemp("validation")
-    model = save_tiny_model(tmp / "model", DATA / "chat.jsonl")
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    words = " ".join(json.loads(line)["messages"][-1]["content"] for line in (DATA / "chat.jsonl").read_text().splitlines()[:20]).split()
-    texts, at = [], 0
-    for least in (36, 44, 52):  # token counts: each document and its EOS need a block of their own
-        text = words[at]
-        while len(tokenizer(text)["input_ids"]) < least:
-            at += 1
-            text += " " + words[at]
-        texts.append(text)
-        at += 1
-    (tmp / "validation.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    summary = fit(config(tmp, "validation", model=model, data=str(DATA / "chat.jsonl"), val_data=str(tmp / "validation.jsonl"),
-                         steps=2, micro_batch=2, seq_len=64, checkpoint_every=0))
-    # Counted by the tokenizer itself: a document of n tokens and its EOS has n targets (the EOS predicts nothing).
-    return summary, sum(len(tokenizer(t)["input_ids"]) for t in texts)
-
-
-def test_every_validation_record_is_evaluated_once_and_the_summary_says_so(three_record_validation):
-    summary, targets = three_record_validation
-    assert summary["validation_counts"] == {"blocks": 3, "documents": 3, "targets": targets, "whole": True}
-    assert summary["val_loss"] is not None
 
 
 def test_the_sft_runs_validation_loss_health_summary_and_export_are_in_the_tracker(chat_sft, mlflow_server):
