@@ -202,7 +202,7 @@ def test_an_etc_drop_in_hides_the_run_drop_in_of_the_same_name():
 
 
 def test_a_command_the_fake_node_lacks_fails_the_part_before_it_writes():
-    script = "#!/bin/bash\nset -e\ndnf install -y something\n" + DROP_IN_SCRIPT.format(limit="infinity")
+    script = "#!/bin/bash\nset -e\ndnf install -y something\n" + DROP_IN_SCRIPT.format(limit="infinity").split("\n", 1)[1]
     [problem] = problems(nodegroup_template(mime(("text/x-shellscript", script))))
     assert "exited 127" in problem and "dnf: command not found" in problem
 
@@ -241,10 +241,14 @@ def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path)
     ("sed -i 's#a#b#' /usr/lib/x", "/usr/lib/x"), ('echo "#" > /usr/bin/x', "/usr/bin/x"),
     # a quote left open runs on: the next line's '#' is inside it, and what follows the closing quote runs
     ('msg="first\n# second"; echo 1 > /usr/bin/x', "/usr/bin/x"),
-    ("echo 1 > /etc/x  # a trailing comment naming /var/log is not run", ""),
-    # a heredoc's body is data, scanned whole; its apostrophe opens no quote, so the comment after it is one
-    ("cat > /etc/a <<'EOF'\nit's /usr/lib/x\nEOF", "/usr/lib/x"),
-    ("cat > /etc/a <<EOF\nit's data\nEOF\n# a comment naming /var/log\necho 1 > /usr/bin/y", "/usr/bin/y"),
+    ("echo ok \\\n#joined; echo 1 > /usr/bin/x", "/usr/bin/x"),  # a backslash-newline joins the '#' line to its own
+    ("echo a\x0c#; echo 1 > /usr/bin/x", "/usr/bin/x"),  # only a newline ends a line: a\f# is one word
+    # quoting the fence does not follow (heredocs, substitutions, $'...'): every line is read, comments too
+    ("cat > /etc/a <<EOF\nit's data\nEOF\n# a comment naming /var/log\necho 1 > /usr/bin/y", "/var/log"),
+    ("a=(1 2)\n[ ${#a[@]} -gt 0 ] && echo 1 > /usr/bin/x", "/usr/bin/x"),
+    ("echo $'\\' #'; echo 1 > /usr/bin/x", "/usr/bin/x"),
+    ('echo "$(echo " #")"; echo 1 > /usr/bin/x', "/usr/bin/x"),
+    ("cat <<< word\necho '\n# quoted'; echo 1 > /usr/bin/x", "/usr/bin/x"),
 ])
 def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token

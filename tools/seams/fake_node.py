@@ -7,7 +7,8 @@ synth machine, often as root. Two fences keep it inside its temporary root:
    node's /etc, /run or /proc/sys (moved into the temporary root) or /dev/null; a `..` path component and a
    `~name` (another user's home) are refused too. A refused script is not run at all: the seam fails naming the
    token. The scan cannot tell a command from data (a heredoc's body is judged the same), so it errs towards
-   refusing. This fence is the same on every machine, so the seam gives the same answer everywhere.
+   refusing: in a script whose quoting it does not follow (a heredoc, a substitution, $'...'), comment lines are
+   read too. This fence is the same on every machine, so the seam gives the same answer everywhere.
 2. Where unprivileged user namespaces work (unshare(1): --user --map-root-user --mount --pid), the script runs
    chrooted in the temporary root, with /usr bound read-only (plus the merged-/usr links /bin, /lib...), in a
    private mount namespace (unshare's default propagation, private: nothing it mounts reaches this machine) and
@@ -52,42 +53,44 @@ class Outcome:
     """The token that kept the script from running, or ''."""
 
 
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
-_WORD_START = " \t;|&(){}<>"
+_UNFOLLOWED = ("<<", "$(", "`", "$'", "${")
+"""Heredocs, command, arithmetic and parameter substitutions, $'...' strings: quoting this reading does not follow."""
+_METACHARACTERS = " \t|&;()<>"
+"""bash's metacharacters besides newline: a word starts after one (bash manual, Definitions)."""
 
 
 def _without_comments(script: str) -> list[str]:
-    """The script's lines less their comments, as bash reads them (bash manual, Comments): a '#' that starts a
-    word outside quotes, to the end of its line. A quote left open runs on into the next lines, so a line that
-    starts with '#' inside a multi-line string is not a comment. A heredoc's body is data: kept whole, its quotes
-    not counted. Quotes nested in a command substitution inside double quotes are not followed."""
-    lines, quote, heredoc_end = [], "", None
-    for line in script.splitlines():
-        if heredoc_end is not None:
-            lines.append(line)
-            heredoc_end = None if line.strip("\t") == heredoc_end else heredoc_end
+    """The script's lines less its comment lines, as bash reads them (bash manual, Comments and Quoting): a line
+    whose first word starts with '#', outside quotes. A quote left open runs on into the next lines, so a '#' line
+    inside a multi-line string is kept, and so is a line after a backslash-newline. Every line but the shebang is kept
+    where the script holds a construct of _UNFOLLOWED, or its quotes do not balance: a misreading here must refuse
+    more, never less. Comments at the end of a line are kept too."""
+    lines = script.split("\n")  # bash ends a line at a newline only (str.splitlines also splits at \r, \f...)
+    every = lines[1:] if lines[0].startswith("#!") else lines  # the shebang names the interpreter; it runs nothing
+    kept, quote, continued = [], "", False
+    for line in lines:
+        if not quote and not continued and line.lstrip(" \t").startswith("#"):
             continue
-        kept, at = [], 0
+        if any(construct in line for construct in _UNFOLLOWED):
+            return every
+        continued, at = False, 0
         while at < len(line):
             char = line[at]
             if quote == "'":
                 quote = "" if char == "'" else quote
             elif char == "\\":
-                kept.append(line[at:at + 2])
+                continued = at == len(line) - 1
                 at += 2
                 continue
             elif quote == '"':
                 quote = "" if char == '"' else quote
             elif char in "'\"":
                 quote = char
-            elif char == "#" and (at == 0 or line[at - 1] in _WORD_START):
-                break
-            kept.append(char)
+            elif char == "#" and (at == 0 or line[at - 1] in _METACHARACTERS):
+                break  # a comment to the end of the line: its quotes open nothing
             at += 1
-        lines.append("".join(kept))
-        if not quote and (heredoc := _HEREDOC.search(lines[-1])):
-            heredoc_end = heredoc.group(2)
-    return lines
+        kept.append(line)
+    return every if quote else kept
 
 
 def refused_token(script: str) -> str:
