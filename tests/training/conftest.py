@@ -15,6 +15,8 @@ from training.config import TrainConfig
 from training.config_rules import validate
 
 STEPS, EVERY = 24, 8
+# Two micro-batches per step: a resume must skip grad_accum micro-batches per step done, not one per step.
+SHAPE = {"micro_batch": 2, "grad_accum": 2}
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,13 @@ def config(tmp_path, name: str, **overrides) -> TrainConfig:
                        data="pattern", storage_path=str(tmp_path), run_name=name, checkpoint_every=EVERY,
                        workers=2, local=True, seed=5)
     return validate(dataclasses.replace(base, **overrides))
+
+
+def chain_config(root, name: str, **overrides) -> TrainConfig:
+    """A fault chain's run (fault_chains.CHAINS): the uninterrupted run's settings, a checkpoint every
+    fault_chains.EVERY steps and a hang bound of fault_chains.WATCHDOG_S."""
+    return config(root, name, **SHAPE, checkpoint_every=fault_chains.EVERY, watchdog_step_seconds=fault_chains.WATCHDOG_S,
+                  **overrides)
 
 
 def losses(summary: dict) -> dict[int, float]:

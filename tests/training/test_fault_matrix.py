@@ -8,9 +8,7 @@ import pytest
 
 from tests.conftest import local_ray
 from tests.training import fault_chains
-from tests.training.conftest import STEPS
-from tests.training.conftest import config as ray_run_config
-from training.config import TrainConfig
+from tests.training.conftest import STEPS, chain_config
 from training.train import fit
 
 pytestmark = pytest.mark.fault_matrix
@@ -27,15 +25,9 @@ def workspace(tmp_path_factory):
         next(ray, None)
 
 
-def config(root, name: str, **overrides) -> TrainConfig:
-    """test_train_ray's uninterrupted settings; a checkpoint every 4 steps and a hang bound of 3 s."""
-    return ray_run_config(root, name, micro_batch=2, grad_accum=2, checkpoint_every=fault_chains.EVERY,
-                          watchdog_step_seconds=fault_chains.WATCHDOG_S, **overrides)
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(workspace):
-    return fault_chains.outcome(workspace, fit(config(workspace, "uninterrupted")))
+    return fault_chains.outcome(workspace, fit(chain_config(workspace, "uninterrupted")))
 
 
 _chains: dict[str, dict] = {}
@@ -44,7 +36,7 @@ _chains: dict[str, dict] = {}
 def chain(workspace, name: str) -> dict:
     if name not in _chains:
         resumes = fault_chains.CHAINS[name][1]
-        _chains[name] = fault_chains.outcome(workspace, fit(config(workspace, name, max_failures=len(resumes))))
+        _chains[name] = fault_chains.outcome(workspace, fit(chain_config(workspace, name, max_failures=len(resumes))))
     return _chains[name]
 
 

@@ -17,12 +17,10 @@ from training import watchdog
 from training.config import TrainConfig
 from training.train import fit
 from tests.training import fault_chains
-from tests.training.conftest import STEPS, assert_only_judged_rest_calls, config, losses
+from tests.training.conftest import SHAPE, STEPS, assert_only_judged_rest_calls, chain_config, config, losses
 from tests.training.mlflow_server import free_port
 
 pytestmark = pytest.mark.usefixtures("ray_with_faults")
-# Two micro-batches per step: a resume must skip grad_accum micro-batches per step done, not one per step.
-SHAPE = {"micro_batch": 2, "grad_accum": 2}
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +79,7 @@ def core(workspace, uninterrupted, mlflow_server):
     """Logged to the MLflow server: every retry continues the one tracking run."""
     spec, resumes = fault_chains.CHAINS["core"]
     tracked = {"tracking": "mlflow", "mlflow_tracking_uri": mlflow_server.wait_until_up(), "mlflow_experiment": "core"}
-    summary = fit(config(workspace, "core", checkpoint_every=fault_chains.EVERY, max_failures=len(resumes),
-                         watchdog_step_seconds=fault_chains.WATCHDOG_S, inject_failure_at_step=9, **tracked, **SHAPE))
+    summary = fit(chain_config(workspace, "core", max_failures=len(resumes), inject_failure_at_step=9, **tracked))
     return fault_chains.outcome(workspace, summary)
 
 
