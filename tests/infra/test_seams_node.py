@@ -249,6 +249,13 @@ def test_a_cd_outside_the_fake_node_is_refused_before_a_relative_write(tmp_path)
     ("echo $'\\' #'; echo 1 > /usr/bin/x", "/usr/bin/x"),
     ('echo "$(echo " #")"; echo 1 > /usr/bin/x', "/usr/bin/x"),
     ("cat <<< word\necho '\n# quoted'; echo 1 > /usr/bin/x", "/usr/bin/x"),
+    # each string below stays open into its '#' line in bash, closed in plain quoting: bash runs the echo
+    ("cat <<EOF\nit's\nEOF\necho 'x\n# y'; echo 1 > /usr/bin/x", "/usr/bin/x"),
+    ("echo {#'\n# y'; echo 1 > /usr/bin/x", "/usr/bin/x"),  # '{' is no metacharacter: {# is a word, not a comment
+    ("echo $'a\\'\n# x'; echo 1 > /usr/bin/x", "/usr/bin/x"),
+    ('echo "${x:-"\n# y"}"; echo 1 > /usr/bin/x', "/usr/bin/x"),
+    ('echo "$(echo "\n# y")"; echo 1 > /usr/bin/x', "/usr/bin/x"),
+    ('echo "`echo "\n# y"`"; echo 1 > /usr/bin/x', "/usr/bin/x"),
 ])
 def test_the_refusal_names_the_first_path_outside_the_fake_node(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
