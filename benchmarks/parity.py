@@ -211,7 +211,7 @@ def run(args, earlier: dict | None = None) -> dict:
     if cuda:
         torch.cuda.set_device(device)
     root = Path(os.__file__).parent
-    train = corpus(root, False)
+    train, validation = corpus(root, False), corpus(root, True)
     # The h200 profile (compiled layers, no recomputation, weights kept gathered) at the branch's shape; "pattern"
     # only picks plain causal SDPA, as for unpacked data (each block is one stretch of text).
     base = TrainConfig(model=args.model, **{**GPU_PROFILES["h200"], "seq_len": args.seq_len, "micro_batch": args.micro_batch},

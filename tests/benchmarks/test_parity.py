@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -175,3 +176,31 @@ def test_a_subset_without_three_bf16_orders_and_no_earlier_tolerance_is_one_line
     assert code == 2 and not (tmp_path / "out").exists()
     assert capsys.readouterr().err == ("error: --branches: fewer than three bf16 data orders set no tolerance; add "
                                        "--tolerance-from an earlier run's parity.json\n")
+
+
+def test_a_cpu_run_writes_each_branch_and_its_control_matches_its_bf16_branch_exactly(tmp_path):
+    """The whole `python -m benchmarks.parity` on the CPU, one step of two branches: what the GPU run would do, in
+    seconds. On the CPU a repeated branch is bit-identical (same warm checkpoint, same batches)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.parity", "--cpu", "--model", "tiny", "--warm-steps", "1", "--steps", "1",
+         "--seq-len", "32", "--micro-batch", "2", "--eval-batches", "1", "--out", str(out),
+         "--branches", "bf16, order 2|bf16, order 2, repeated (control)", "--tolerance-from", earlier_run(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=os.environ | {"MASTER_PORT": str(port)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((out / "parity.json").read_text())
+    root = Path(os.__file__).parent
+    held_bytes = sum(f.stat().st_size for f in parity.source_files(root) if parity.held_out(f.relative_to(root).as_posix()))
+    assert results["corpus"]["validation_bytes"] == held_bytes
+    runs = results["runs"]
+    assert list(runs) == ["bf16, order 2", "bf16, order 2, repeated (control)"]
+    assert runs["bf16, order 2, repeated (control)"]["val_loss"] == runs["bf16, order 2"]["val_loss"]
+    assert "control: bf16, order 2, repeated (control): validation loss" in done.stdout
