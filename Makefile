@@ -15,10 +15,17 @@ TRAIN_ARGS ?=
 # Extra benchmark arguments for make bench, e.g. BENCH_ARGS="--suite variants".
 BENCH_ARGS ?=
 
-.PHONY: synth diff preflight deploy watch destroy test fault-matrix mutation scan train-local sft-local report bench bench-wheels clean
+.PHONY: lock synth diff preflight deploy watch destroy test fault-matrix mutation scan train-local sft-local report bench bench-wheels clean
 
-$(VENV)/.synth-deps: requirements.txt
+# Each set of requirements-lock.txt is installed first by two pips at once (pip alone installs one wheel at a time, on
+# one core: tools/locked_install.py), then pip installs the requirement files as always and finds them there. Where
+# the lock does not fit this platform, that second pip does the work alone.
+LOCKED_INSTALL = $(PY) -m tools.locked_install install requirements-lock.txt
+NOT_LOCKED = echo "note: requirements-lock.txt does not install here; pip installs the requirement files alone"
+
+$(VENV)/.synth-deps: requirements.txt requirements-lock.txt
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(LOCKED_INSTALL) synth || $(NOT_LOCKED)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
@@ -26,9 +33,14 @@ $(VENV)/.train-deps: $(VENV)/.synth-deps requirements-train.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-train.txt
 	touch $@
 
-$(VENV)/.dev-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-train.txt
+$(VENV)/.dev-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-train.txt requirements-lock.txt
+	$(LOCKED_INSTALL) dev || $(NOT_LOCKED)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
+
+# After changing a pin in requirements*.txt: the lock written again from what pip installed for them.
+lock: $(VENV)/.dev-deps
+	$(PY) -m tools.locked_install lock requirements-lock.txt requirements.txt requirements-dev.txt
 
 node_modules/.installed: package-lock.json $(VENV)/.synth-deps
 	npm ci --no-audit --no-fund --loglevel=error

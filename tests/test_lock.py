@@ -1,0 +1,133 @@
+"""requirements-lock.txt against the requirement files and what pip installed for them, and the two-pip install
+(tools/locked_install.py)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.conftest import ROOT
+from tools import locked_install
+from tools.locked_install import Pin
+
+LOCK = ROOT / "requirements-lock.txt"
+
+
+def pinned(path) -> dict[str, str]:
+    """name -> version of each `name==version` line of a requirements file and the files it includes."""
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r"):
+            pins |= pinned(path.parent / line[2:].strip())
+        elif line:
+            requirement = Requirement(line)
+            (version,) = [s.version for s in requirement.specifier if s.operator == "=="]
+            pins[canonicalize_name(requirement.name)] = version
+    return pins
+
+
+def locked() -> dict[str, Pin]:
+    return {canonicalize_name(pin.name): pin for pin in locked_install.read_lock(LOCK)}
+
+
+@pytest.mark.parametrize("requirements", ["requirements.txt", "requirements-dev.txt"])
+def test_every_pin_of_the_requirement_files_is_locked_at_its_version(requirements):
+    lock = locked()
+    for name, version in pinned(ROOT / requirements).items():
+        # == ignores a local label: torch==2.13.0 is the 2.13.0+cpu build pip takes here.
+        assert name in lock and Requirement(f"{name}=={version}").specifier.contains(lock[name].version), name
+
+
+def test_every_locked_distribution_is_the_version_installed_here():
+    for name, pin in locked().items():
+        assert importlib.metadata.version(pin.name) == pin.version, f"{name}: run make lock"
+
+
+def test_the_lock_holds_exactly_what_the_requirement_files_pull_in_and_marks_synths_share():
+    lock = locked()
+    assert set(lock) == set(locked_install.closure(ROOT / "requirements-dev.txt"))
+    assert {name for name, pin in lock.items() if pin.set == "synth"} == set(locked_install.closure(ROOT / "requirements.txt"))
+
+
+def test_the_synth_set_holds_the_cdk_and_its_published_dependencies_but_not_the_trainer():
+    synth = {name for name, pin in locked().items() if pin.set == "synth"}
+    # aws-cdk-lib 2.275.0's metadata: constructs, jsii, publication, typeguard and its asset packages.
+    assert {"aws-cdk-lib", "constructs", "jsii", "publication", "typeguard"} <= synth
+    assert not {"torch", "ray", "transformers", "pytest"} & synth
+
+
+def test_an_extra_pulls_in_what_it_names_and_only_it(tmp_path):
+    # moto 5.2.5's metadata: its 'server' extra requires flask and flask-cors; moto alone requires neither.
+    plain, server = tmp_path / "plain.txt", tmp_path / "server.txt"
+    plain.write_text("moto==5.2.5\n")
+    server.write_text("moto[server]==5.2.5\n")
+    assert "flask-cors" not in locked_install.closure(plain)
+    assert {"flask", "flask-cors"} <= set(locked_install.closure(server))
+
+
+def test_an_include_is_followed(tmp_path):
+    (tmp_path / "base.txt").write_text("# a comment\nPyYAML==6.0.4  # with a trailing comment\n")
+    (tmp_path / "top.txt").write_text("-r base.txt\npytest==9.2.0\n")
+    assert locked_install.requirement_lines(tmp_path / "top.txt") == ["PyYAML==6.0.4", "pytest==9.2.0"]
+
+
+def test_a_lock_line_without_its_set_and_size_is_refused_naming_it(tmp_path):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("# header\nrequests==2.0.0  # dev 1 MB\nurllib3==2.0.0\n")
+    with pytest.raises(ValueError, match=re.escape("lock.txt:3: expected 'name==version  # synth|dev N MB', got 'urllib3==2.0.0'")):
+        locked_install.read_lock(lock)
+
+
+def test_the_halves_take_the_largest_first_each_to_the_lighter_side():
+    pins = [Pin(name, "1", "dev", mb) for name, mb in (("c", 232), ("a", 757), ("e", 176), ("b", 418), ("d", 200))]
+    first, second = locked_install.halves(pins)
+    # 757 -> first; 418 -> second; 232 -> second (418 < 757); 200 -> second (650 < 757); 176 -> first (757 < 850).
+    assert [p.name for p in first] == ["a", "e"] and [p.name for p in second] == ["b", "c", "d"]
+
+
+def test_the_synth_set_leaves_out_devs_pins_and_anything_installed_at_its_version():
+    pins = [Pin("pytest", importlib.metadata.version("pytest"), "dev", 3), Pin("pytest", "0.1", "dev", 3),
+            Pin("nosuch-dist", "1.0", "dev", 1), Pin("nosuch-synth", "1.0", "synth", 1)]
+    assert locked_install.chosen(pins, "synth") == [pins[3]]
+    assert locked_install.chosen(pins, "dev") == pins[1:]
+
+
+def test_install_runs_both_halves_at_once_without_dependencies_and_returns_the_first_failure(tmp_path, monkeypatch):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("nosuch-a==1.0  # dev 9 MB\nnosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB\n")
+    started, listed = [], []
+
+    class Pip:
+        def __init__(self, command):
+            started.append(command)
+            listed.append(open(command[-1]).read())  # read now: the folder goes when install returns
+
+        def wait(self):
+            return 1 if "nosuch-b" in listed[started.index(self.command)] else 0
+
+    def popen(command):
+        pip = Pip(command)
+        pip.command = command
+        return pip
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    assert locked_install.install(lock, "dev") == 1
+    assert all(command[1:7] == ["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+               for command in started)
+    assert listed == ["nosuch-a==1.0\n", "nosuch-b==2.0\nnosuch-c==3.0\n"]
+
+
+def test_the_makefile_installs_each_set_from_the_lock_before_pip_reads_the_requirement_files():
+    makefile = (ROOT / "Makefile").read_text()
+    for stamp, wanted, requirements in ((".synth-deps", "synth", "requirements.txt"),
+                                        (".dev-deps", "dev", "requirements-dev.txt")):
+        recipe = makefile.split(f"$(VENV)/{stamp}:", 1)[1].split("\n\n", 1)[0]
+        assert f"$(LOCKED_INSTALL) {wanted} ||" in recipe
+        assert recipe.index("$(LOCKED_INSTALL)") < recipe.index(f"-r {requirements}")
+    assert "LOCKED_INSTALL = $(PY) -m tools.locked_install install requirements-lock.txt" in makefile
