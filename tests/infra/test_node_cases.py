@@ -107,3 +107,12 @@ def test_a_selector_of_two_labels_needs_both():
     pod["spec"]["nodeSelector"] = {"role": "gpu-worker", "zone": "b"}
     assert node.problems(Resolver(hugepages_group({"role": "gpu-worker", "zone": "a"}), "us-east-2"), [pod]) == []
 
+
+def test_a_nodeconfig_memlock_with_a_lower_soft_limit_gives_containers_the_soft_one():
+    """The kernel holds a process to its soft RLIMIT_MEMLOCK (rlim_cur) when it pins memory (ib_umem_get reads
+    rlimit(RLIMIT_MEMLOCK)): soft 8 MiB under an unlimited hard limit leaves an EFA pod 8 MiB, as a drop-in's
+    LimitMEMLOCK=8M:infinity does."""
+    config = nodeconfig("{type: RLIMIT_MEMLOCK, soft: 8388608, hard: -1}")
+    assert node.node_view(b64(mime(("application/node.eks.aws", config)))).memlock == 8 << 20
+    [problem] = node.problems(Resolver(nodegroup_template(mime(("application/node.eks.aws", config))), "us-east-2"))
+    assert "EFA pods need an unlimited memlock, a container gets 8 MiB" in problem
