@@ -116,3 +116,16 @@ def test_a_nodeconfig_memlock_with_a_lower_soft_limit_gives_containers_the_soft_
     assert node.node_view(b64(mime(("application/node.eks.aws", config)))).memlock == 8 << 20
     [problem] = node.problems(Resolver(nodegroup_template(mime(("application/node.eks.aws", config))), "us-east-2"))
     assert "EFA pods need an unlimited memlock, a container gets 8 MiB" in problem
+
+
+@pytest.mark.parametrize("interfaces, efa", [
+    (["efa"], True), (["interface", "efa-only"], True), (["efa", "efa-only", "efa-only"], True),
+    (["interface"], False), (["interface", "interface"], False)])
+def test_a_group_with_any_efa_or_efa_only_interface_needs_the_unlimited_memlock(interfaces, efa):
+    # EC2 launch template InterfaceType: efa (EFA with ENA) or efa-only (EFA alone) both carry RDMA, whose memory
+    # registration needs an unlimited memlock; a group of plain ENA interfaces keeps the default.
+    t = nodegroup_template(None)
+    t["Resources"]["Template"]["Properties"]["LaunchTemplateData"]["NetworkInterfaces"] = [
+        {"DeviceIndex": 0 if card == 0 else 1, "NetworkCardIndex": card, "InterfaceType": kind}
+        for card, kind in enumerate(interfaces)]
+    assert bool(node.problems(Resolver(t, "us-east-2"))) is efa

@@ -181,8 +181,13 @@ def node_view(user_data_b64: str | None) -> NodeView:
                     tuple(refused))
 
 
+EFA_INTERFACE_TYPES = ("efa", "efa-only")
+"""EC2 API Reference, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest InterfaceType: an EFA with its ENA
+(efa) or an EFA-only interface (efa-only, RDMA alone); either registers memory for the pods that use it."""
+
+
 def _uses_efa(launch_template_data: dict) -> bool:
-    return any(i.get("InterfaceType") == "efa" for i in launch_template_data.get("NetworkInterfaces", []))
+    return any(i.get("InterfaceType") in EFA_INTERFACE_TYPES for i in launch_template_data.get("NetworkInterfaces", []))
 
 
 def launch_template_of(r: Resolver, nodegroup_id: str) -> tuple[str, dict] | None:
