@@ -129,3 +129,11 @@ def test_a_group_with_any_efa_or_efa_only_interface_needs_the_unlimited_memlock(
         {"DeviceIndex": 0 if card == 0 else 1, "NetworkCardIndex": card, "InterfaceType": kind}
         for card, kind in enumerate(interfaces)]
     assert bool(node.problems(Resolver(t, "us-east-2"))) is efa
+
+
+def test_a_pod_without_a_node_selector_is_held_to_no_group():
+    # Without a nodeSelector the scheduler may place the pod on any group, one that reserves the pages included:
+    # no group is the one it must run on.
+    pod = hugepages_pod("1Gi")
+    del pod["spec"]["nodeSelector"]
+    assert node.problems(Resolver(hugepages_group({"role": "gpu-worker"}), "us-east-2"), [pod]) == []
