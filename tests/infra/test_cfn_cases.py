@@ -27,6 +27,7 @@ def test_equals_compares_a_parameters_value_as_a_string():
     t = {"Parameters": {"Count": {"Type": "Number", "Default": 3}},
          "Conditions": {"Three": {"Fn::Equals": [{"Ref": "Count"}, "3"]}}, "Resources": {}}
     assert Resolver(t).condition("Three") is True
+    assert Resolver(t).resolve({"Ref": "Count"}) == "3"
 
 
 def test_an_ssm_parameter_is_a_deploy_time_value():
