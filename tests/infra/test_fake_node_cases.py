@@ -23,3 +23,20 @@ from tools.seams import fake_node
 ])
 def test_the_paths_a_script_could_write_through(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
+
+
+@pytest.mark.parametrize(("script", "token"), [
+    # no shebang: the first line is a command like any other, read even where the quoting is not followed
+    ("echo $(date) > /usr/bin/x\n", "/usr/bin/x"),
+    # quotes that never balance: every line is read, the comment lines before the open quote included
+    ("#!/bin/bash\n# a comment naming /var/log\necho 'open\n", "/var/log"),
+])
+def test_a_script_whose_reading_is_unsure_is_read_whole(script, token):
+    assert fake_node.refused_token(script) == token
+
+
+def test_sysctl_is_recorded_not_run(tmp_path):
+    # The fake node records sysctl (and systemctl) instead of running it: the part goes on, and nothing on this
+    # machine changes.
+    outcome = fake_node.run(tmp_path, "#!/bin/bash\nset -e\nsysctl -w vm.nr_hugepages=512\n", chroot=False)
+    assert outcome.exit_code == 0 and (tmp_path / ".calls").read_text() == "sysctl -w vm.nr_hugepages=512\n"
