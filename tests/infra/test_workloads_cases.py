@@ -94,3 +94,27 @@ def test_the_ray_pods_run_as_the_heads_service_account_or_default():
     assert w.ray_service_account([job]) == ("training", "ray")
     del job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"]
     assert w.ray_service_account([job]) == ("training", "default")
+
+
+def two_buckets() -> dict:
+    """The Ray pods' role may use every bucket; bucket Other's policy denies everyone."""
+    grant = [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]
+    deny = {"Statement": [{"Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "s3:*", "Resource": "*"}]}
+    return {"Resources": {
+        **pod_identity_role("training", "ray", grant),
+        "Checkpoints": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "checkpoints"}},
+        "Other": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": "other"}},
+        "OtherPolicy": {"Type": "AWS::S3::BucketPolicy", "Properties": {"Bucket": {"Ref": "Other"}, "PolicyDocument": deny}}}}
+
+
+def test_a_buckets_policy_judges_only_the_calls_on_that_bucket():
+    # A bucket policy is a resource-based policy of its own bucket: Other's Deny does not reach the checkpoints.
+    denials = w.denials(w.ray_calls(Resolver(two_buckets(), "us-east-2"), "training", "ray"))
+    assert len(denials) == 7 and {d.call.request.resource.split(":::")[1].split("/")[0] for d in denials} == {"other"}
+
+
+def test_the_ray_pods_storage_calls_go_over_tls():
+    # pyarrow's S3 filesystem speaks HTTPS: the request context holds aws:SecureTransport true, which a bucket's
+    # TLS-only Deny (Bool aws:SecureTransport false) lets through and an Allow on it requires.
+    calls = w.ray_calls(Resolver(two_buckets(), "us-east-2"), "training", "ray")
+    assert calls and all(c.request.context == {"aws:SecureTransport": "true"} for c in calls)
