@@ -118,3 +118,18 @@ def test_the_ray_pods_storage_calls_go_over_tls():
     # TLS-only Deny (Bool aws:SecureTransport false) lets through and an Allow on it requires.
     calls = w.ray_calls(Resolver(two_buckets(), "us-east-2"), "training", "ray")
     assert calls and all(c.request.context == {"aws:SecureTransport": "true"} for c in calls)
+
+
+def test_the_observability_agents_write_every_container_insights_log_group():
+    """Container Insights' log groups /aws/containerinsights/<cluster>/{application,dataplane,host} (Fluent Bit)
+    and performance (the CloudWatch agent): streams created and described on the group, events put on a stream."""
+    t = {"Resources": {"Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "demo"}},
+                       **pod_identity_role("amazon-cloudwatch", "cloudwatch-agent", [])}}
+    group = "arn:aws:logs:us-east-2:111122223333:log-group:/aws/containerinsights/demo/"
+    logs = {(c.workload, c.request.action, c.request.resource)
+            for c in w.observability_calls(Resolver(t, "us-east-2")) if c.request.action.startswith("logs:")}
+    assert logs == {(workload, action, group + name + suffix)
+                    for workload, name in (("CloudWatch agent", "performance"), ("Fluent Bit", "application"),
+                                           ("Fluent Bit", "dataplane"), ("Fluent Bit", "host"))
+                    for action, suffix in (("logs:CreateLogStream", ""), ("logs:DescribeLogStreams", ""),
+                                           ("logs:PutLogEvents", ":log-stream:<stream>"))}
