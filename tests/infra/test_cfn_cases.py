@@ -80,3 +80,23 @@ def test_an_environment_agnostic_synth_is_read_in_us_east_2_unless_told():
     agnostic = asset_template("cdk-hnb659fds-assets-${AWS::AccountId}-${AWS::Region}")
     assert template_region(agnostic) == "us-east-2"
     assert resolve_template(template(), "eu-west-1").region == "eu-west-1"
+
+
+@pytest.mark.parametrize("value, resources, resolved", [
+    # "Return values" of each type's page: Ref of an add-on is "<cluster>,<addon>", of an access entry
+    # "<cluster>|<principal ARN>"; a role's Arn carries its path; a cluster's Arn its name.
+    ({"Ref": "A"}, {"A": {"Type": "AWS::EKS::Addon", "Properties": {"ClusterName": {"Ref": "Cluster"}, "AddonName": "vpc-cni"}}},
+     "demo,vpc-cni"),
+    ({"Ref": "E"}, {"E": {"Type": "AWS::EKS::AccessEntry", "Properties": {
+        "ClusterName": {"Ref": "Cluster"}, "PrincipalArn": "arn:aws:iam::111122223333:role/admin"}}},
+     "demo|arn:aws:iam::111122223333:role/admin"),
+    ({"Fn::GetAtt": ["R", "Arn"]}, {"R": {"Type": "AWS::IAM::Role", "Properties": {"RoleName": "r", "Path": "/eks/"}}},
+     "arn:aws:iam::111122223333:role/eks/r"),
+    ({"Fn::GetAtt": ["Cluster", "Arn"]}, {}, "arn:aws:eks:eu-west-1:111122223333:cluster/demo"),
+    ({"Fn::GetAtt": ["G", "Arn"]}, {"G": {"Type": "AWS::EKS::Nodegroup", "Properties": {
+        "ClusterName": {"Ref": "Cluster"}, "NodegroupName": "gpu"}}},
+     "arn:aws:eks:eu-west-1:111122223333:nodegroup/demo/gpu/<uuid>"),
+    ({"Ref": "P"}, {"P": {"Type": "AWS::EC2::PlacementGroup", "Properties": {"GroupName": "pg"}}}, "pg"),
+])
+def test_refs_and_arns_as_cloudformation_returns_them(value, resources, resolved):
+    assert resolve(value, **resources) == resolved
