@@ -97,6 +97,11 @@ def test_an_environment_agnostic_synth_is_read_in_us_east_2_unless_told():
         "ClusterName": {"Ref": "Cluster"}, "NodegroupName": "gpu"}}},
      "arn:aws:eks:eu-west-1:111122223333:nodegroup/demo/gpu/<uuid>"),
     ({"Ref": "P"}, {"P": {"Type": "AWS::EC2::PlacementGroup", "Properties": {"GroupName": "pg"}}}, "pg"),
+    ({"Fn::GetAtt": ["K", "Arn"]}, {"K": {"Type": "AWS::KMS::Key", "Properties": {}}},
+     "arn:aws:kms:eu-west-1:111122223333:key/<AWS::KMS::Key key-id K>"),
+    ({"Ref": "S"}, {"S": {"Type": "AWS::SSM::Parameter", "Properties": {"Name": "/eks/ami", "Type": "String"}}}, "/eks/ami"),
+    ({"Fn::GetAtt": ["V", "CidrBlock"]}, {"V": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}}},
+     "10.0.0.0/16"),
 ])
 def test_refs_and_arns_as_cloudformation_returns_them(value, resources, resolved):
     assert resolve(value, **resources) == resolved

@@ -66,3 +66,11 @@ def test_a_deny_whose_condition_fails_is_no_near_miss_of_an_allow():
     policy = [identity({"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*",
                         "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
     assert closest_statements(policy, Request(ROLE, "s3:GetObject", "*", {"aws:SecureTransport": "true"})) == []
+
+
+def test_resources_match_case_sensitively():
+    # "IAM JSON policy elements: Resource": ARNs are case-sensitive (an S3 key Model.pt is not model.pt).
+    policy = [identity({"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/runs/Model.pt"})]
+    assert allowed(policy, "s3:GetObject", "arn:aws:s3:::b/runs/Model.pt")
+    assert not allowed(policy, "s3:GetObject", "arn:aws:s3:::b/runs/model.pt")
+
