@@ -20,7 +20,8 @@ SECRET_ARN = "arn:aws-us-gov:secretsmanager:us-gov-west-1:123456789012:secret:wa
 CASES = {  # role name: (mlflow_tracking_uri, wandb_api_key_secret)
     "Cn": (CN_SERVER, None), "Gov": (GOV_SERVER, None), "NamedApp": (SERVER_NAMED_APP, None), "App": (APP, None),
     "NoUri": (None, None), "Empty": ("", None), "Http": ("http://mlflow.training:5000", None),
-    "Https": ("https://mlflow.example.com", None), "SecretArn": (None, SECRET_ARN), "SecretName": (None, "wandb-key")}
+    "Https": ("https://mlflow.example.com", None), "SecretArn": (None, SECRET_ARN), "SecretName": (None, "wandb-key"),
+    "Both": (APP, "wandb-key")}
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +70,9 @@ def test_a_secret_named_by_its_arn_is_granted_on_that_arn(granted):
 def test_a_secret_named_by_its_name_is_granted_in_the_stacks_region_and_account(granted):
     [statement] = granted["SecretName"]
     assert statement["Resource"] == "arn:aws:secretsmanager:us-east-2:111122223333:secret:wandb-key-??????"
+
+
+def test_a_tracking_server_and_a_secret_are_granted_each(granted):
+    # The two grants are independent: a URI and a secret given together get both statements.
+    assert sorted(s["Resource"] for s in granted["Both"]) == [
+        APP, "arn:aws:secretsmanager:us-east-2:111122223333:secret:wandb-key-??????"]
