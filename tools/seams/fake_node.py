@@ -4,8 +4,8 @@
 synth machine, often as root. Two fences keep it inside its temporary root:
 
 1. Before anything runs, every literal absolute path in the script (outside comment lines) must name the fake
-   node's /etc, /run or /proc/sys (moved into the temporary root) or /dev/null; a `..` path component and a
-   `~name` (another user's home) are refused too. A refused script is not run at all: the seam fails naming the
+   node's /etc, /run or /proc/sys (moved into the temporary root) or /dev/null; a `..` path component, a
+   `~name` (another user's home) and a path attached to a short option (`-t/usr/bin`) are refused too. A refused script is not run at all: the seam fails naming the
    token. The scan cannot tell a command from data (a heredoc's body is judged the same), so it errs towards
    refusing: in a script whose quoting it does not follow (a heredoc, a substitution, $'...'), comment lines are
    read too. This fence is the same on every machine, so the seam gives the same answer everywhere.
@@ -36,6 +36,9 @@ _ABSOLUTE = re.compile(r"(?<![\w.*-])/[^\s'\"`;|&<>(){}]*")
 _ALLOWED = re.compile(r"/(?:%s)(?=/|$)" % "|".join(re.escape(m) for m in MOVED))
 _PARENT = re.compile(r"(?:^|(?<=[\s/'\"=:]))\.\.(?=[/\s'\";|&<>)]|$)")
 _OTHER_HOME = re.compile(r"(?<![\w/.-])~\w+")
+_ATTACHED = re.compile(r"(?:^|(?<=[\s'\"=]))-[A-Za-z]+/[^\s'\"`;|&<>(){}]*")
+"""An absolute path attached to a short option (cp -t/usr/bin): refused whatever it names, as the rewrite where
+namespaces are refused moves only a path that starts a word."""
 _URL = re.compile(r"\b\w+://\S*")
 TOOLS = ("mkdir", "cat", "tee", "cp", "install", "ln", "chmod", "touch", "sed")
 """What the fake node offers besides bash's builtins: tools that write files, nothing that deletes."""
@@ -101,7 +104,7 @@ def refused_token(script: str) -> str:
             token = match.group()
             if token not in _HARMLESS and not _ALLOWED.match(token):
                 return token
-        for pattern in (_PARENT, _OTHER_HOME):
+        for pattern in (_PARENT, _OTHER_HOME, _ATTACHED):
             if found := pattern.search(line):
                 return found.group()
     return ""

@@ -82,6 +82,11 @@ def _memlock_value(text: str) -> float:
     return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
+def _rlimit_value(value) -> float:
+    """An OCI runtime spec rlimit: RLIM_INFINITY (2**64-1, or -1 as a signed value) is unlimited."""
+    return UNLIMITED if value in (-1, 2**64 - 1, "18446744073709551615") else int(value)
+
+
 def _parts(user_data: str) -> tuple[bool, list[tuple[str, str]], tuple[str, ...]]:
     """(is MIME multipart, [(content type, text)], the parser's defects) of decoded user data."""
     message = email.message_from_string(user_data)
@@ -168,17 +173,21 @@ def node_view(user_data_b64: str | None) -> NodeView:
             for document in yaml.safe_load_all(text):
                 spec = ((document or {}).get("spec") or {}).get("containerd", {}).get("baseRuntimeSpec") or {}
                 for rlimit in (spec.get("process") or {}).get("rlimits") or []:
-                    if rlimit.get("type") == "RLIMIT_MEMLOCK":
-                        hard = rlimit.get("hard")
-                        memlock = UNLIMITED if hard in (-1, 2**64 - 1, "18446744073709551615") else int(hard)
+                    if rlimit.get("type") == "RLIMIT_MEMLOCK":  # the soft limit binds, as for LimitMEMLOCK=
+                        memlock = min(_rlimit_value(rlimit["soft"]), _rlimit_value(rlimit["hard"]))
                     if rlimit.get("type") == "RLIMIT_NOFILE":
                         nofile = (int(rlimit["soft"]), int(rlimit["hard"]))
     return NodeView(memlock, nofile, hugepages, multipart, True, defects, note if memlock != UNLIMITED else "",
                     tuple(refused))
 
 
+EFA_INTERFACE_TYPES = ("efa", "efa-only")
+"""EC2 API Reference, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest InterfaceType: an EFA with its ENA
+(efa) or an EFA-only interface (efa-only, RDMA alone); either registers memory for the pods that use it."""
+
+
 def _uses_efa(launch_template_data: dict) -> bool:
-    return any(i.get("InterfaceType") == "efa" for i in launch_template_data.get("NetworkInterfaces", []))
+    return any(i.get("InterfaceType") in EFA_INTERFACE_TYPES for i in launch_template_data.get("NetworkInterfaces", []))
 
 
 def launch_template_of(r: Resolver, nodegroup_id: str) -> tuple[str, dict] | None:
