@@ -1,0 +1,42 @@
+"""stacks/settings.py case by case: the placement group each setting gives, the world size and the options the stack
+adds to the trainer's, and the setting an error about those options names."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacks.settings import Settings, TrainingSettings, _setting_of_option, trainer_options
+
+BLOCK = "cr-0123456789abcdef0"
+
+
+# EC2 User Guide: a targeted reservation launches only into the placement group it was created in, so auto makes
+# none when a reservation is set; on and off are what they say.
+@pytest.mark.parametrize("mode,reservation,placed", [
+    ("auto", None, True), ("auto", BLOCK, False), ("on", None, True), ("off", None, False), ("off", BLOCK, False),
+])
+def test_a_placement_group_is_made_where_it_can_be_launched_into(mode, reservation, placed):
+    assert Settings(placement_group=mode, capacity_reservation_id=reservation).use_placement_group is placed
+
+
+@pytest.mark.parametrize("instance_type,nodes,workers", [("g6.12xlarge", 2, 8), ("p5.48xlarge", 4, 32),
+                                                         ("g6.48xlarge", 1, 8)])
+def test_one_worker_per_gpu_of_every_node(instance_type, nodes, workers):
+    assert Settings(gpu_instance_type=instance_type, gpu_node_count=nodes).training_workers == workers
+
+
+def test_the_stack_adds_the_world_size_the_instance_type_and_the_node_wait():
+    s = Settings(gpu_instance_type="p5.48xlarge", gpu_node_count=4,
+                 training=TrainingSettings(pre_running_deadline_seconds=900, active_deadline_seconds=7200))
+    options = trainer_options(s)
+    # A lost node's replacement is waited for as long as a new cluster's nodes are (the pre-running deadline).
+    assert (options["workers"], options["instance_type"], options["node_wait_s"]) == (32, "p5.48xlarge", 900)
+
+
+@pytest.mark.parametrize("option,setting", [
+    ("node_wait_s", "training.pre_running_deadline_seconds"), ("workers", "gpu_node_count"),
+    ("instance_type", "gpu_instance_type"), ("max_failures", "training.max_failures"),
+    ("batch_tokens", "training.batch_tokens"),
+])
+def test_an_option_the_stack_adds_is_named_as_the_setting_it_comes_from(option, setting):
+    assert _setting_of_option(option) == setting
