@@ -44,3 +44,34 @@ def test_the_other_end_of_a_range_is_refused_with_its_line(overrides, message):
         "mlflow-arn-no-account"])
 def test_accepted(overrides):
     settings(**overrides)
+
+
+def warning_ids(**training) -> list[str]:
+    from stacks.settings import Settings, TrainingSettings
+    from stacks.validation import reproducibility_warnings
+
+    return [key for key, _ in reproducibility_warnings(Settings(training=TrainingSettings(**training)))]
+
+
+@pytest.mark.parametrize("training,ids", [
+    # The defaults: a vX.Y tag (moves with security rebuilds) and a Hub model without a revision.
+    ({}, ["eks-fsdp-efa:unpinned-image", "eks-fsdp-efa:unpinned-model"]),
+    ({"image": "public.ecr.aws/x/ray:2.58.0-py311", "model_revision": "0" * 40}, []),
+    ({"image": "public.ecr.aws/x/ray@sha256:" + "0" * 64, "model": "tiny"}, []),  # a built-in config, no weights
+    ({"image": "public.ecr.aws/x/ray:2.58.0", "model": "/models/qwen"}, []),  # a path is what it holds
+    ({"image": "public.ecr.aws/x/ray:latest", "model_revision": "main"}, ["eks-fsdp-efa:unpinned-image"]),
+])
+def test_a_synth_warns_of_each_moving_input_and_only_those(training, ids):
+    assert warning_ids(**training) == ids
+
+
+@pytest.mark.parametrize("cidr", ["0.0.0.0/16", "224.0.0.0/16", "240.0.0.0/16", "127.1.0.0/16"])
+def test_every_range_aws_refuses_for_a_vpc_is_refused(cidr):
+    # VPC User Guide, "VPC CIDR blocks": this-network, loopback, link-local, multicast and reserved ranges.
+    with pytest.raises(SettingsError, match=rf"^vpc_cidr: '{cidr}' overlaps a range AWS refuses for VPCs"):
+        settings(vpc_cidr=cidr)
+
+
+def test_a_tag_may_hold_every_symbol_aws_allows():
+    # AWS tag naming rules: letters, digits, spaces and _ . : / = + - @.
+    settings(tags={"cost center_.:/=+-@": "team a_.:/=+-@"})
