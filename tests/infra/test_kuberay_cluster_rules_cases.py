@@ -29,3 +29,8 @@ def test_only_a_cluster_a_rayjob_or_rayservice_made_may_not_set_one(creator, ref
     found = ray_cluster_upgrade_options(cluster({"type": "Recreate"}, creator))
     assert found == ([("ValidateRayClusterUpgradeOptions", f"upgradeStrategy cannot be set on a RayCluster created by {creator}")]
                      if refused else [])
+
+
+def test_a_strategy_without_a_type_is_no_strategy_even_on_a_rayjobs_cluster():
+    # validation.go checks UpgradeStrategy.Type != nil before either rule.
+    assert ray_cluster_upgrade_options(cluster({}, "RayJob")) == []
