@@ -40,3 +40,18 @@ def test_the_stack_adds_the_world_size_the_instance_type_and_the_node_wait():
 ])
 def test_an_option_the_stack_adds_is_named_as_the_setting_it_comes_from(option, setting):
     assert _setting_of_option(option) == setting
+
+
+def test_the_grace_period_is_the_setting_else_the_planners_else_a_spot_notice():
+    from stacks.settings import planned_trainer_options, termination_grace
+
+    s = Settings()
+    options = planned_trainer_options(s)[0]
+    # The default run: 34.7 s to save a drained pod's step, plus the hook's and Ray's drain margins: 70 s.
+    assert termination_grace(s, options)[0] == 70
+    chosen = Settings(training=TrainingSettings(termination_grace_period_seconds=90))
+    grace, estimate = termination_grace(chosen, options)
+    assert grace == 90 and round(estimate.needed_s, 1) == 34.7
+    # Without a predicted step time the planner knows no save time: a spot interruption's two minutes.
+    unpredicted = {k: v for k, v in options.items() if k != "predicted_step_seconds"}
+    assert termination_grace(s, unpredicted) == (120, None)
