@@ -1,7 +1,9 @@
 """cdk_constructs/ray_manifests.py case by case: the RayJob's annotations that the tools read back (the synth review's
-auto line, the seam harness's upstream image) and the run name across an MLflow tracker."""
+auto line, the seam harness's upstream image) the run name across an MLflow tracker, and the deadlines a job is built with."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -52,3 +54,11 @@ def test_turning_a_tracker_on_keeps_the_run_and_its_checkpoints(options):
 
 def test_an_option_that_changes_what_is_trained_is_a_new_run():
     assert job(learning_rate=1e-4).run_name != job(learning_rate=2e-4).run_name
+
+
+@pytest.mark.parametrize("pre_running,active", [(1, 2), (3599, 3600)])
+def test_any_positive_pre_running_deadline_below_the_active_one_is_taken(pre_running, active):
+    # KubeRay takes any positive preRunningDeadlineSeconds; below activeDeadlineSeconds it can still fire.
+    timed = dataclasses.replace(job(), pre_running_deadline_seconds=pre_running, active_deadline_seconds=active)
+    spec = rm.ray_job_manifest(timed)["spec"]
+    assert (spec["preRunningDeadlineSeconds"], spec["activeDeadlineSeconds"]) == (pre_running, active)
