@@ -1,5 +1,5 @@
 """cdk_constructs/ray_manifests.py case by case: the RayJob's annotations that the tools read back (the synth review's
-auto line, the seam harness's upstream image) the run name across an MLflow tracker, and the deadlines a job is built with."""
+auto line, the seam harness's upstream image), the run name across an MLflow tracker, and the deadlines a job takes."""
 
 from __future__ import annotations
 
