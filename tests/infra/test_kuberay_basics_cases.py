@@ -70,3 +70,21 @@ def test_the_ray_container_is_the_first():
     group = {"template": {"spec": {"containers": [{"name": "sidecar"}, {"name": "ray-worker"}]}}}
     assert ray_container(group) == {"name": "sidecar"}
     assert ray_container({"template": {"spec": {}}}) == {} and ray_container({}) == {}
+
+
+# validation.go: token mode needs Ray 2.52.0, enableK8sTokenAuth 2.55.0, a worker group's priority 2.56.0; each
+# minimum itself is accepted and the release before it refused.
+@pytest.mark.parametrize("ray_version,k8s_auth,priority,refused", [
+    ("2.52.0", False, False, False), ("2.51.0", False, False, True),
+    ("2.55.0", True, False, False), ("2.54.0", True, False, True),
+    ("2.56.0", False, True, False), ("2.55.0", False, True, True),
+])
+def test_each_ray_minimum_is_accepted_and_the_release_before_refused(ray_version, k8s_auth, priority, refused):
+    from cdk_constructs.kuberay_cluster_rules import ray_cluster_spec
+
+    container = {"template": {"spec": {"containers": [{"name": "ray", "image": "ray"}]}}}
+    worker = {"groupName": "gpu", "minReplicas": 0, "maxReplicas": 2, **container, **({"priority": 1} if priority else {})}
+    spec = {"rayVersion": ray_version, "authOptions": {"mode": "token", "enableK8sTokenAuth": k8s_auth},
+            "enableInTreeAutoscaling": True, "autoscalerOptions": {"version": "v2"}, "headGroupSpec": container,
+            "workerGroupSpecs": [worker]}
+    assert bool(ray_cluster_spec(spec, {}, {})) is refused
