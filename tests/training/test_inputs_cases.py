@@ -4,6 +4,7 @@ own figures, never a download."""
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -46,32 +47,33 @@ def test_an_s3_chat_template_that_exists_passes(s3):
                                       chat_template="s3://data-bucket/chat.jinja")))
 
 
+def hub_config(monkeypatch, from_pretrained) -> None:
+    """transformers' AutoConfig stood in for (no download in tests, and no import of transformers for it)."""
+    monkeypatch.setitem(sys.modules, "transformers", SimpleNamespace(AutoConfig=SimpleNamespace(from_pretrained=from_pretrained)))
+
+
 @pytest.mark.parametrize("model, looked_up", [("Qwen/Qwen2.5-7B-Instruct", False), ("org/unknown-model", True)])
 def test_only_a_hub_model_the_trainer_does_not_know_is_looked_up(monkeypatch, model, looked_up):
     # A known Hub model's positions are in the trainer's own tables (checked by the config's rules): no config.json is
     # fetched for it, so a driver without network access starts.
-    import transformers
-
     asked = []
 
     def from_pretrained(name, **_):
         asked.append(name)
         return SimpleNamespace(max_position_embeddings=32768)
 
-    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
+    hub_config(monkeypatch, from_pretrained)
     check_hub_positions(TrainConfig(model=model, seq_len=1024))
     assert asked == ([model] if looked_up else [])
 
 
 def test_a_hub_models_config_is_read_at_the_revision_and_cache_given(monkeypatch):
-    import transformers
-
     asked = {}
 
     def from_pretrained(name, **kwargs):
         asked.update(kwargs)
         return SimpleNamespace(max_position_embeddings=32768)
 
-    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
+    hub_config(monkeypatch, from_pretrained)
     check_hub_positions(TrainConfig(model="org/unknown-model", model_revision="0a1b2c3", cache_dir="/cache"))
     assert asked == {"revision": "0a1b2c3", "cache_dir": "/cache"}
