@@ -110,3 +110,31 @@ def test_records_are_shuffled_over_a_fixed_number_of_blocks_with_a_seed_kept_acr
     monkeypatch.setattr(data, "read_source", lambda path: records)
     data.packed_dataset("d.jsonl", "tok", 64, DataFormat(), None, shuffle_seed=17)
     assert records.calls[:2] == [("repartition", 64), ("random_shuffle", 17, False)]
+
+
+# A template that writes a system turn of its own when the chat has none (as Qwen2.5's does).
+DEFAULT_SYSTEM = ("{% if messages[0].role != 'system' %}system: You are a bot.\n{% endif %}"
+                  "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}")
+
+
+@pytest.mark.parametrize("chat, rendered", [
+    ([{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}],
+     [{"role": "system", "content": ""}, {"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]),
+    # A chat with its own system turn keeps it alone: no empty one before it.
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}],
+     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi."}]),
+], ids=["no-system-turn", "own-system-turn"])
+def test_no_default_system_prompt_adds_an_empty_system_turn_only_where_there_is_none(monkeypatch, chat, rendered):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    from training import data
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({"x": 0}, unk_token="x")))
+    seen = []
+    real = data.render
+    monkeypatch.setattr(data, "render", lambda tok, messages, *a, **kw: seen.append(messages) or real(tok, messages, *a, **kw))
+    fmt = DataFormat(chat_template=DEFAULT_SYSTEM, default_system_prompt=False, assistant_only_loss=False)
+    data.tokenize_records([{"messages": chat}], tokenizer, fmt)
+    assert seen[-1] == rendered
