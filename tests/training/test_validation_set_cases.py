@@ -55,3 +55,12 @@ def test_an_empty_validation_split_is_refused_naming_its_option(one_rank_group, 
     with pytest.raises(RuntimeError, match=rf"^{option}: the validation split holds no block; give more validation data "
                                            r"or a larger --val-fraction$"):
         validation_batches(cfg, 97, 0, 1, CPU, blocks=4)
+
+
+def test_the_first_attempt_sets_eval_batches_x_workers_x_micro_batch_blocks_and_a_later_one_reads_them(tmp_path):
+    # Three factors that differ (3 x 2 x 5 = 30): a factor left out or repeated gives another number.
+    from training.validation_set import fixed_blocks
+
+    run = str(tmp_path / "run")
+    assert fixed_blocks(run, eval_batches=3, world=2, micro_batch=5) == (30, "--eval-batches 3 x 2 workers x --micro-batch 5")
+    assert fixed_blocks(run, eval_batches=7, world=4, micro_batch=1)[0] == 30
