@@ -145,3 +145,24 @@ def test_a_folder_without_parquet_files_is_read_as_json_lines(monkeypatch):
     monkeypatch.setattr(ray.data, "read_parquet", no_parquet)
     monkeypatch.setattr(ray.data, "read_json", lambda paths, lines, **kw: (paths, lines, kw.get("file_extensions")))
     assert read_source("/data/folder") == ("/data/folder", True, ["jsonl"])
+
+
+@pytest.mark.parametrize("data_dir", ["en", "en/", "/en"])
+def test_a_data_dir_is_its_folder_however_its_slashes_are_written(data_dir):
+    card = f"---\nconfigs:\n- config_name: en\n  data_dir: {data_dir}\n- config_name: fr\n  data_dir: fr\n---\n"
+    files = ["en/train.jsonl", "en/test.jsonl", "fr/train.jsonl"]
+    assert hub_data_files(files, card, "train", "en") == ["en/train.jsonl"]
+
+
+@pytest.mark.parametrize("data_dir", ["en", "en/"])
+def test_data_files_inside_a_data_dir_written_with_a_slash_are_found(data_dir):
+    card = f"---\nconfigs:\n- config_name: en\n  data_dir: {data_dir}\n  data_files:\n  - split: train\n    path: part-*.jsonl\n---\n"
+    assert hub_data_files(["en/part-0.jsonl", "fr/part-0.jsonl"], card, "train") == ["en/part-0.jsonl"]
+
+
+def test_a_hub_folders_card_chooses_its_files(tmp_path, ray_readers):
+    # The card's data_files name the split's files; without reading the card, the file names would (test-*: test).
+    (tmp_path / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                        "    path: test-*.jsonl\n---\n")
+    kind, paths, lines, _ = hub_split(tmp_path, ["test-0.jsonl", "train-0.jsonl"], ":train")
+    assert paths == [f"{tmp_path}/test-0.jsonl"]
