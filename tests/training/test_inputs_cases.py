@@ -77,3 +77,11 @@ def test_a_hub_models_config_is_read_at_the_revision_and_cache_given(monkeypatch
     hub_config(monkeypatch, from_pretrained)
     check_hub_positions(TrainConfig(model="org/unknown-model", model_revision="0a1b2c3", cache_dir="/cache"))
     assert asked == {"revision": "0a1b2c3", "cache_dir": "/cache"}
+
+
+@pytest.mark.parametrize("option", ["data", "val_data", "chat_template"])
+def test_a_local_path_under_home_is_found_there(tmp_path, monkeypatch, option):
+    # '~' is the home folder of the user who runs the driver: the file there exists.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "f.jsonl").write_text('{"text": "a"}\n')
+    check_inputs(TrainConfig(**{"model": "o/m", "data": "~/f.jsonl", option: "~/f.jsonl"}))
