@@ -188,8 +188,9 @@ def ignored(path: str, pattern: str) -> bool:
 
 
 def split_of(path: str) -> str | None:
-    """The split a data file's folder or name says it belongs to (train-00000-of-00001.parquet: train)."""
-    words = [w for part in path.lower().split("/") for w in re.split(r"[-._ ]", part)]
+    """The split a data file's folder or name says it belongs to (train-00000-of-00001.parquet: train): a keyword
+    between separators, a digit being one as in the datasets library (data_files.py NON_WORDS_CHARS: train0.jsonl)."""
+    words = [w for part in path.lower().split("/") for w in re.split(r"[-._ 0-9]", part)]
     for split, keywords in SPLIT_KEYWORDS.items():
         if any(k in words for k in keywords):
             return split
