@@ -1,0 +1,35 @@
+"""planning/auto.py at its edges: a fixed layout is held to the memory in that layout, and the models' config cache
+gains a lookup even when it starts empty."""
+
+from __future__ import annotations
+
+import pytest
+
+from planning import auto
+from planning.workload import MODELS
+from training.command_line import parse_args
+from training.config import ConfigError
+
+# Qwen2.5-7B on 4 x g6.12xlarge (16 L4s of 24 GB), 4 x 2,048 tokens per micro-batch, full recomputation.
+SEVEN_B_ON_SIXTEEN_L4S = ["--model", "qwen2.5-7b", "--instance-type", "g6.12xlarge", "--workers", "16", "--seq-len",
+                          "2048", "--batch-tokens", "131072", "--loss-chunk-tokens", "2048", "--reduce-dtype", "bf16",
+                          "--micro-batch", "4", "--activation-checkpointing", "full"]
+
+
+def test_a_fixed_hybrid_layout_is_refused_where_only_full_sharding_fits():
+    """7.6e9 parameters x 16 bytes of state over a node's 4 GPUs (hybrid) is 30 GB a GPU, past an L4's 24 GB; over
+    all 16 (full) it is 7.6 GB. The explicit hybrid must be checked as hybrid, not as whichever layout fits."""
+    with pytest.raises(ConfigError, match=r"^--sharding: 4 x 2048 tokens per micro-batch with full recomputation needs "
+                                          r"[\d.]+ GiB/GPU on 4 x g6\.12xlarge \(24 GB per GPU\) with hybrid sharding"):
+        auto.check_fit(parse_args(SEVEN_B_ON_SIXTEEN_L4S + ["--sharding", "hybrid"]))
+    auto.check_fit(parse_args(SEVEN_B_ON_SIXTEEN_L4S + ["--sharding", "full"]))  # fits: no refusal
+
+
+def test_the_config_cache_gains_a_lookup_even_when_it_starts_empty(monkeypatch):
+    """A fresh clone's cdk.context.json holds no model config yet: the first lookup must still be kept in it, so the
+    next synth reads it from the cache."""
+    looked_up = {"model-config:org/model@main": {"hidden_size": 1536}}
+    monkeypatch.setattr(auto, "model_shape", lambda model, revision, configs: (MODELS["qwen2.5-1.5b"], looked_up))
+    configs: dict = {}
+    assert auto.model_of(parse_args(["--model", "org/model"]), configs, needed=False) == MODELS["qwen2.5-1.5b"]
+    assert configs == looked_up
