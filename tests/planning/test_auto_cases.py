@@ -16,13 +16,14 @@ SEVEN_B_ON_SIXTEEN_L4S = ["--model", "qwen2.5-7b", "--instance-type", "g6.12xlar
                           "--micro-batch", "4", "--activation-checkpointing", "full"]
 
 
-def test_a_fixed_hybrid_layout_is_refused_where_only_full_sharding_fits():
+def test_a_fixed_hybrid_layout_is_refused_before_the_run_where_only_full_sharding_fits():
     """7.6e9 parameters x 16 bytes of state over a node's 4 GPUs (hybrid) is 30 GB a GPU, past an L4's 24 GB; over
-    all 16 (full) it is 7.6 GB. The explicit hybrid must be checked as hybrid, not as whichever layout fits."""
+    all 16 (full) it is 7.6 GB. The explicit hybrid must be checked, and checked as hybrid, not as whichever layout
+    fits, when the run is resolved (at synth, or before a local run starts)."""
     with pytest.raises(ConfigError, match=r"^--sharding: 4 x 2048 tokens per micro-batch with full recomputation needs "
                                           r"[\d.]+ GiB/GPU on 4 x g6\.12xlarge \(24 GB per GPU\) with hybrid sharding"):
-        auto.check_fit(parse_args(SEVEN_B_ON_SIXTEEN_L4S + ["--sharding", "hybrid"]))
-    auto.check_fit(parse_args(SEVEN_B_ON_SIXTEEN_L4S + ["--sharding", "full"]))  # fits: no refusal
+        auto.resolve_run(parse_args(SEVEN_B_ON_SIXTEEN_L4S + ["--sharding", "hybrid"]))
+    assert auto.resolve_run(parse_args(SEVEN_B_ON_SIXTEEN_L4S + ["--sharding", "full"])).config.sharding == "full"
 
 
 def test_the_config_cache_gains_a_lookup_even_when_it_starts_empty(monkeypatch):
@@ -33,3 +34,27 @@ def test_the_config_cache_gains_a_lookup_even_when_it_starts_empty(monkeypatch):
     configs: dict = {}
     assert auto.model_of(parse_args(["--model", "org/model"]), configs, needed=False) == MODELS["qwen2.5-1.5b"]
     assert configs == looked_up
+
+
+def test_auto_micro_batch_under_an_explicit_hybrid_layout_is_planned_in_hybrid_only():
+    """The same run with micro-batch and recomputation auto: nothing fits in hybrid (its state alone is 30 GB a GPU),
+    so auto refuses naming --sharding, rather than picking a shape that fits only under full sharding."""
+    argv = SEVEN_B_ON_SIXTEEN_L4S[:-4] + ["--micro-batch", "auto", "--activation-checkpointing", "auto"]
+    with pytest.raises(ConfigError, match=r"^--sharding: 4 x 2048 tokens per GPU per step, at any micro-batch, with any "
+                                          r"recomputation needs at least [\d.]+ GiB/GPU .* with hybrid sharding"):
+        auto.resolve_run(parse_args(argv + ["--sharding", "hybrid"]))
+    assert auto.resolve_run(parse_args(argv + ["--sharding", "full"])).config.micro_batch == 4
+
+
+def test_precision_auto_on_a_model_the_planner_cannot_read_names_the_model():
+    """The model is what is missing (its config.json), not the instance type: the refusal names --model."""
+    with pytest.raises(ConfigError, match=r"^--model: cannot read /models/mine/config\.json here"):
+        auto.resolve_run(parse_args(["--model", "/models/mine", "--instance-type", "g6.12xlarge", "--workers", "8",
+                                     "--sharding", "full", "--precision", "auto"]))
+
+
+def test_a_local_run_with_auto_sharding_needs_no_model_config():
+    """One machine: full sharding whatever the model, so a model the planner cannot read is no refusal."""
+    resolved = auto.resolve_run(parse_args(["--local", "--model", "/models/mine", "--instance-type", "g6.12xlarge",
+                                            "--workers", "4", "--sharding", "auto"]))
+    assert resolved.config.sharding == "full" and resolved.estimate is None
