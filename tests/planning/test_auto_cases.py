@@ -58,3 +58,62 @@ def test_a_local_run_with_auto_sharding_needs_no_model_config():
     resolved = auto.resolve_run(parse_args(["--local", "--model", "/models/mine", "--instance-type", "g6.12xlarge",
                                             "--workers", "4", "--sharding", "auto"]))
     assert resolved.config.sharding == "full" and resolved.estimate is None
+
+
+# Qwen2.5-1.5B on 2 x g6.12xlarge at a fixed shape: the planner knows the run, so it estimates it.
+FIXED = ["--model", "qwen2.5-1.5b", "--instance-type", "g6.12xlarge", "--workers", "8", "--seq-len", "2048",
+         "--batch-tokens", "65536", "--loss-chunk-tokens", "2048", "--reduce-dtype", "bf16", "--micro-batch", "1",
+         "--activation-checkpointing", "full", "--sharding", "full"]
+
+
+def test_the_estimate_of_a_lora_run_holds_its_smaller_state():
+    """LoRA keeps 2 bytes a frozen weight (bf16) instead of 16 (fp32 weights, gradients, AdamW's moments): the
+    estimate must be of the LoRA run, under half the full run's memory."""
+    full = auto.resolve_run(parse_args(FIXED)).estimate
+    lora = auto.resolve_run(parse_args(FIXED + ["--lora-rank", "16"])).estimate
+    assert lora.memory_gib < full.memory_gib / 2
+
+
+def test_the_estimate_of_weights_kept_gathered_holds_them():
+    """--no-reshard-after-forward keeps each layer's gathered weights from forward to backward: more memory."""
+    resharded = auto.resolve_run(parse_args(FIXED)).estimate
+    gathered = auto.resolve_run(parse_args(FIXED + ["--no-reshard-after-forward"])).estimate
+    assert gathered.memory_gib > resharded.memory_gib
+
+
+@pytest.mark.parametrize("sharding,gpus", [("full", 8), ("hybrid", 4)])
+def test_fp8_casts_each_gpus_shard_of_every_gpu_with_full_sharding_and_of_a_nodes_with_hybrid(sharding, gpus):
+    c = parse_args(FIXED[:-1] + [sharding])
+    _, cluster = auto.planned(c)
+    assert auto.fp8_shard(c, cluster) == gpus
+
+
+# The p5 run where precision auto picks fp8 (test_auto).
+P5_FITTING = ["--model", "qwen2.5-1.5b", "--instance-type", "p5.48xlarge", "--workers", "16", "--profile", "h200",
+              "--micro-batch", "4", "--grad-accum", "2"]
+
+
+def test_precision_auto_keeps_bf16_for_a_lora_run_where_it_would_pick_fp8():
+    """fp8 trains full weights only."""
+    run = auto.resolve_run(parse_args(P5_FITTING + ["--precision", "auto", "--lora-rank", "16"]))
+    assert run.config.precision == "bf16" and run.line.endswith("(LoRA trains in bf16 (fp8 trains full weights))")
+
+
+ONE_NODE_AUTO = {"model": "qwen2.5-1.5b", "instance_type": "g6.12xlarge", "workers": 4, "seq_len": 2048,
+                 "batch_tokens": 32768, "micro_batch": "auto", "activation_checkpointing": "auto", "sharding": "auto"}
+
+
+def test_the_resolved_options_hold_no_auto_and_the_predicted_step_to_the_millisecond():
+    resolved, _ = auto.resolve_options(dict(ONE_NODE_AUTO), {})
+    assert "auto" not in resolved.values()
+    step = auto.resolve_run(parse_args(["--model", "qwen2.5-1.5b", "--instance-type", "g6.12xlarge", "--workers", "4",
+                                        "--seq-len", "2048", "--batch-tokens", "32768", "--micro-batch",
+                                        str(resolved["micro_batch"]), "--activation-checkpointing",
+                                        resolved["activation_checkpointing"], "--sharding", "full"])).estimate.step_s
+    assert resolved["predicted_step_seconds"] == pytest.approx(step, abs=5e-4)
+
+
+def test_one_node_predicts_its_intra_node_link():
+    """On one node the collectives cross only the GPUs' link (PCIe on a g6.12xlarge, at most 32 GB/s one way)."""
+    resolved, _ = auto.resolve_options(dict(ONE_NODE_AUTO), {})
+    assert 0 < resolved["predicted_link_gbps"] < 32
