@@ -91,3 +91,16 @@ def test_only_interface_endpoints_bill_by_the_endpoint_az():
         "Ecr": {"Type": "AWS::EC2::VPCEndpoint", "Properties": {"VpcEndpointType": "Interface", "SubnetIds": ["a", "b"]}},
         "S3": {"Type": "AWS::EC2::VPCEndpoint", "Properties": {"VpcEndpointType": "Gateway", "SubnetIds": ["a", "b"]}}}}
     assert review.interface_endpoint_azs(template) == 2
+
+
+def test_a_job_start_pays_the_nat_for_each_nodes_image_pull():
+    """3 nodes x 12 GiB (12.885 GB) x $0.045/GB processed = $1.74; through the pull-through cache, a tag's first pull
+    at most, one node's: $0.58."""
+    assert review._image_pull_text({"Resources": {}}, 3).startswith("~$1.74 pulling the image through the NAT (3 x 12 GiB")
+    cached = {"Resources": {"Rule": {"Type": "AWS::ECR::PullThroughCacheRule", "Properties": {}}}}
+    assert review._image_pull_text(cached, 3).endswith("up to ~$0.58 once)")
+
+
+def test_the_first_step_comes_after_the_boot_and_the_image_pull():
+    """180 s of boot, then 12 GiB at 150 MiB/s = 81.9 s: 261.9 s."""
+    assert review.first_step_s() == pytest.approx(180 + 12 * 1024 / 150)
