@@ -68,3 +68,74 @@ def test_a_block_that_starts_exactly_when_the_attempts_give_up_is_in_time():
         PASS, PASS]
     [late] = block_checks(60, State="scheduled", StartDate=start + timedelta(minutes=1), EndDate=NOW + timedelta(days=1))
     assert late.reason.endswith("(deploy from 2026-12-03 09:01 UTC)")
+
+
+class Recording(Ec2):
+    """Ec2 granting every zone, keeping what the probe asked for."""
+
+    def __init__(self, states: list[str] | None = None):
+        super().__init__("none")
+        self.asked, self.states, self.sleeps = [], states or [], 0
+
+    def create_capacity_reservation(self, **asked):
+        self.asked.append(asked)
+        return {"CapacityReservation": {"CapacityReservationId": f"cr-{len(self.asked)}",
+                                        "State": self.states.pop(0) if self.states else "active"}}
+
+    def describe_capacity_reservations(self, CapacityReservationIds=None, **_):
+        if CapacityReservationIds:
+            return {"CapacityReservations": [{"State": self.states.pop(0)}]}
+        return {"CapacityReservations": []}
+
+
+def test_the_probe_asks_each_zone_for_the_jobs_nodes_under_a_token_of_its_own():
+    """gpu_node_count instances in one zone, open-ended (EndDateType limited needs an EndDate), tagged; EC2 returns
+    the first reservation again for a repeated ClientToken (idempotency), so each zone needs its own."""
+    ec2 = Recording()
+    capacity.probe_zones(ec2, "g6.12xlarge", ["us-east-2a", "us-east-2b"], 2, token="t", sleep=lambda s: None)
+    assert [(a["AvailabilityZone"], a["InstanceCount"], a["EndDateType"]) for a in ec2.asked] == [
+        ("us-east-2a", 2, "unlimited"), ("us-east-2b", 2, "unlimited")]
+    assert len({a["ClientToken"] for a in ec2.asked}) == 2
+    assert all(a["TagSpecifications"][0]["Tags"] == [{"Key": capacity.PROBE_TAG, "Value": "t"}] for a in ec2.asked)
+
+
+def test_a_pending_reservation_that_fails_is_no_capacity_after_one_wait():
+    """pending, then failed at the first poll: EC2 has settled it; the probe waits no more and cancels nothing."""
+    sleeps = []
+    ec2 = Recording(["pending", "failed"])
+    assert capacity.probe_zones(ec2, "g6.12xlarge", ["us-east-2a"], 2, sleep=sleeps.append) == {
+        "us-east-2a": "reservation failed"}
+    assert sleeps == [capacity.SETTLE_INTERVAL_S] and ec2.cancelled == []
+
+
+class Scores:
+    def __init__(self):
+        self.asked = None
+
+    def get_spot_placement_scores(self, **asked):
+        self.asked = asked
+        return {"SpotPlacementScores": [{"AvailabilityZoneId": "use2-az1", "Score": 9},
+                                        {"AvailabilityZoneId": "use2-az3", "Score": 3}]}
+
+    def describe_availability_zones(self):
+        return {"AvailabilityZones": [{"ZoneName": "us-east-2a", "ZoneId": "use2-az1"},
+                                      {"ZoneName": "us-east-2c", "ZoneId": "use2-az3"}]}
+
+
+def test_spot_scores_are_asked_for_the_jobs_nodes_in_one_zone_and_named_by_zone():
+    """Zone ids differ between accounts (use2-az1 is not us-east-2a everywhere): the scores are mapped to this
+    account's zone names, for gpu_node_count nodes all in one zone (the placement group)."""
+    from tests.infra.test_capacity_preflight import settings
+
+    ec2 = Scores()
+    assert capacity.spot_scores(ec2, settings("gpu_capacity_type=spot")) == {"us-east-2a": 9, "us-east-2c": 3}
+    assert (ec2.asked["TargetCapacity"], ec2.asked["SingleAvailabilityZone"]) == (2, True)
+
+
+def test_a_blocks_job_time_counts_the_nodes_start_before_the_steps(monkeypatch):
+    """The GPU nodes' boot (180 s) and image pull (12 GiB at 150 MiB/s: 81.9 s), then steps x the predicted step."""
+    from tests.infra.test_capacity_preflight import settings
+
+    monkeypatch.setattr("stacks.settings.planned_trainer_options", lambda s: ({"predicted_step_seconds": 2.0}, None))
+    s = settings()
+    assert capacity.predicted_job_s(s) == pytest.approx(180 + 12 * 1024 / 150 + s.training.steps * 2.0)
