@@ -139,3 +139,28 @@ def test_a_blocks_job_time_counts_the_nodes_start_before_the_steps(monkeypatch):
     monkeypatch.setattr("stacks.settings.planned_trainer_options", lambda s: ({"predicted_step_seconds": 2.0}, None))
     s = settings()
     assert capacity.predicted_job_s(s) == pytest.approx(180 + 12 * 1024 / 150 + s.training.steps * 2.0)
+
+
+def test_the_spot_price_is_the_gpu_zones_not_the_cheapest():
+    """The nodes run in gpu_availability_zone (us-east-2a): its $1.90, 41% of on-demand, not us-east-2b's $1.40."""
+    from tests.infra.test_capacity_preflight import settings
+
+    cache = {"spot-price:us-east-2:g6.12xlarge": {"zones": {"us-east-2a": 1.90, "us-east-2b": 1.40}}}
+    check = capacity.spot_price_check(settings("gpu_capacity_type=spot"), cache)
+    assert check.reason.startswith("g6.12xlarge in us-east-2a: $1.9000/h now, 41% of on-demand $4.6016/h")
+
+
+def test_a_gpu_zone_scored_as_high_as_the_best_is_not_warned_about():
+    """us-east-2a and us-east-2c both score 9; c ranks first on price, but a is no worse placed: no warning."""
+    from tests.infra.test_capacity_preflight import spot_zones
+
+    check, _ = spot_zones({"us-east-2a": 9, "us-east-2b": 3, "us-east-2c": 9}, zone="us-east-2a")
+    assert check.verdict == PASS
+
+
+def test_a_zone_ec2_left_out_of_its_scores_ranks_last_whatever_its_price():
+    """EC2 returns its top scores only: us-east-2b, unscored, goes last though it is the cheapest ($1.40)."""
+    from tests.infra.test_capacity_preflight import spot_zones
+
+    _, cache = spot_zones({"us-east-2a": 2, "us-east-2c": 1}, zone="auto")
+    assert cache["gpu-zones:us-east-2:g6.12xlarge:spot"]["zones"] == ["us-east-2a", "us-east-2c", "us-east-2b"]
