@@ -1,4 +1,5 @@
-"""tools/preflight.py: a WARN is shown with its fix yet does not stop the deploy; only a FAIL exits 1."""
+"""tools/preflight.py: a WARN is shown with its fix yet does not stop the deploy (only a FAIL exits 1); EFA, reservation
+and quota checks at their edges."""
 
 from __future__ import annotations
 
@@ -40,3 +41,29 @@ def test_only_a_fail_exits_one(verdicts, code, tally, monkeypatch, tmp_path, cap
                         lambda *a, **k: [Check(f"check {i}", v, "reason", "fix") for i, v in enumerate(verdicts)])
     assert preflight.main(["--cdk-json", str(tmp_path / "cdk.json")]) == code
     assert capsys.readouterr().out.splitlines()[-1] == tally
+
+
+def test_an_efa_count_above_the_tables_warns_too():
+    """EC2 says 2 interfaces for a g6.12xlarge, the table 1: the launch template would leave one unused; either way
+    round, the table is wrong."""
+    from tests.infra.test_preflight import stubbed_ec2
+
+    response = {"InstanceTypes": [{"InstanceType": "g6.12xlarge",
+                                   "NetworkInfo": {"EfaSupported": True, "EfaInfo": {"MaximumEfaInterfaces": 2}}}]}
+    assert preflight.check_efa(stubbed_ec2("describe_instance_types", response), "g6.12xlarge").verdict == WARN
+
+
+@pytest.mark.parametrize("state", ["cancelled", "pending", "failed"])
+def test_a_reservation_that_is_not_active_asks_for_an_active_one(state):
+    """Its type and zone are no fix while it cannot launch anything."""
+    from tests.infra.test_preflight import reservation, settings, stubbed_reservation
+
+    [check] = preflight.check_capacity_reservation(stubbed_reservation(reservation(State=state)),
+                                                   settings("capacity_reservation_id=cr-0123456789abcdef0"))
+    assert (check.verdict, check.fix) == (FAIL, "use an active reservation")
+
+
+def test_a_capacity_blocks_nodes_are_not_held_to_the_on_demand_quota():
+    """A Capacity Block is bought with its own limits: no quota is read (no AWS client is even given)."""
+    check = preflight.check_vcpu_quota(None, None, "p5.48xlarge", 2, "us-east-2", "GPU nodes", "capacity-block")
+    assert check.verdict == PASS and check.reason.endswith("the On-Demand vCPU quota is not checked")
