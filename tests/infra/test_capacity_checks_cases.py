@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from tests.infra.test_capacity_preflight import NOW, block_checks
 from tools import capacity_checks as capacity
-from tools.verdicts import PASS, WARN
+from tools.verdicts import FAIL, PASS, WARN
 
 
 class Ec2:
@@ -164,3 +164,36 @@ def test_a_zone_ec2_left_out_of_its_scores_ranks_last_whatever_its_price():
 
     _, cache = spot_zones({"us-east-2a": 2, "us-east-2c": 1}, zone="auto")
     assert cache["gpu-zones:us-east-2:g6.12xlarge:spot"]["zones"] == ["us-east-2a", "us-east-2c", "us-east-2b"]
+
+
+def test_auto_keeps_the_first_kept_zone_that_availability_zones_has():
+    """The kept ranking starts with us-east-2c, which the VPC (availability_zones us-east-2a, us-east-2b) has no subnet
+    in: auto's zone is us-east-2a, and a fresh ranking with us-east-2a first agrees."""
+    from tests.infra.test_capacity_preflight import settings
+
+    s = settings("gpu_availability_zone=auto")
+    held = {"zones": ["us-east-2c", "us-east-2a"], "basis": "probe", "as_of": "2026-12-01T09:00:00Z"}
+    check = capacity._auto_zone(s, "zones", ["us-east-2a", "us-east-2c"], held, "gpu-zones:us-east-2:g6.12xlarge:on-demand")
+    assert check.verdict == PASS and "auto keeps us-east-2a" in check.reason
+
+
+class Block(Ec2):
+    """The region's zones, and a Capacity Block in us-east-2b."""
+
+    def describe_availability_zones(self, **_):
+        return {"AvailabilityZones": [{"ZoneName": z} for z in ("us-east-2a", "us-east-2b", "us-east-2c")]}
+
+    def describe_capacity_reservations(self, **_):
+        return {"CapacityReservations": [{"AvailabilityZone": "us-east-2b"}]}
+
+
+def test_a_gpu_zone_outside_the_capacity_blocks_fails():
+    """A block launches in its own zone only: nodes asked for elsewhere never start (a FAIL, not a WARN)."""
+    from tests.infra.test_capacity_preflight import settings
+
+    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge",
+                 "capacity_reservation_id=cr-0123456789abcdef0")
+    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"],
+                                                               "zones": ["us-east-2a", "us-east-2b", "us-east-2c"]}}
+    check = capacity.check_zones(Block("none"), s, cache)
+    assert check.verdict == FAIL and check.fix == "-c gpu_availability_zone=us-east-2b (or auto)"
