@@ -79,16 +79,74 @@ def test_an_include_is_followed(tmp_path):
 
 def test_a_lock_line_without_its_set_and_size_is_refused_naming_it(tmp_path):
     lock = tmp_path / "lock.txt"
-    lock.write_text("# header\nrequests==2.0.0  # dev 1 MB\nurllib3==2.0.0\n")
-    with pytest.raises(ValueError, match=re.escape("lock.txt:3: expected 'name==version  # synth|dev N MB', got 'urllib3==2.0.0'")):
+    lock.write_text("# header\nrequests==2.0.0  # dev 1 MB, after urllib3\nurllib3==2.0.0\n")
+    with pytest.raises(ValueError, match=re.escape(
+            "lock.txt:3: expected 'name==version  # synth|dev N MB[, after NAME]', got 'urllib3==2.0.0'")):
         locked_install.read_lock(lock)
+
+
+def test_a_lock_line_reads_back_as_written():
+    pin = Pin("aws-cdk-lib", "2.275.0", "synth", 418, "aws-cdk.cloud-assembly-schema")
+    assert pin.line() == "aws-cdk-lib==2.275.0  # synth 418 MB, after aws-cdk.cloud-assembly-schema"
+    assert locked_install.LINE.match(pin.line())["after"] == "aws-cdk.cloud-assembly-schema"
 
 
 def test_the_halves_take_the_largest_first_each_to_the_lighter_side():
     pins = [Pin(name, "1", "dev", mb) for name, mb in (("c", 232), ("a", 757), ("e", 176), ("b", 418), ("d", 200))]
     first, second = locked_install.halves(pins)
     # 757 -> first; 418 -> second; 232 -> second (418 < 757); 200 -> second (650 < 757); 176 -> first (757 < 850).
-    assert [p.name for p in first] == ["a", "e"] and [p.name for p in second] == ["b", "c", "d"]
+    assert [[p.name for p in r] for r in first] == [["a", "e"]] and [[p.name for p in r] for r in second] == [["b", "c", "d"]]
+
+
+def test_a_pin_after_another_goes_on_its_side_a_round_later():
+    pins = [Pin("aws-cdk-lib", "1", "synth", 418, "aws-cdk.cloud-assembly-schema"), Pin("jsii", "1", "synth", 5),
+            Pin("aws-cdk.cloud-assembly-schema", "1", "synth", 1), Pin("constructs", "1", "synth", 1)]
+    first, second = locked_install.halves(pins)
+    # aws-cdk-lib (418) waits for the schema; jsii (5) -> first; the schema (1) -> second (0 < 5); aws-cdk-lib
+    # now: the schema's side, a round later (second: 419); constructs (1) -> first (5 < 419).
+    assert [[p.name for p in r] for r in first] == [["jsii", "constructs"]]
+    assert [[p.name for p in r] for r in second] == [["aws-cdk.cloud-assembly-schema"], ["aws-cdk-lib"]]
+
+
+def test_a_pin_after_one_installed_already_goes_in_the_first_round():
+    first, second = locked_install.halves([Pin("aws-cdk-lib", "1", "synth", 418, "aws-cdk.cloud-assembly-schema")])
+    assert [[p.name for p in r] for r in first] == [["aws-cdk-lib"]] and second == [[]]
+
+
+def test_afters_that_lead_back_are_refused():
+    with pytest.raises(ValueError, match="the 'after' of a leads back to it"):
+        locked_install.halves([Pin("a", "1", "dev", 2, "b"), Pin("b", "1", "dev", 1, "a")])
+
+
+def test_every_file_two_distributions_install_holds_the_copy_of_the_one_pip_installs_last():
+    """RECORD holds each file's hash as its distribution installed it; pip installs a dependency before what
+    depends on it, so a file both install must hold the dependent's bytes (a lock installed in another order left
+    aws_cdk/cloud_assembly_schema/__init__.py from aws-cdk.cloud-assembly-schema: jsii then failed to find types)."""
+    import base64
+    import hashlib
+
+    lock = locked()
+    owners: dict[str, list] = {}
+    for name in lock:
+        dist = importlib.metadata.distribution(name)
+        for file in dist.files or []:
+            if file.hash and not str(file).startswith(".."):
+                owners.setdefault(str(file), []).append((name, file))
+    shared = {path: found for path, found in owners.items() if len(found) > 1}
+    assert "aws_cdk/cloud_assembly_schema/__init__.py" in shared
+    for path, found in shared.items():
+        last = [name for name, _ in found if lock[name].after]
+        assert len(last) == 1, path
+        (record,) = [file for name, file in found if name == last[0]]
+        digest = base64.urlsafe_b64encode(hashlib.sha256(record.read_binary()).digest()).rstrip(b"=").decode()
+        assert digest == record.hash.value, f"{path} holds another distribution's copy than {last[0]}'s"
+
+
+def test_the_lock_says_which_of_two_distributions_sharing_a_file_goes_in_last():
+    # aws-cdk-lib 2.275.0 requires aws-cdk.cloud-assembly-schema, and both install that module's __init__.py.
+    assert locked()["aws-cdk-lib"].after == "aws-cdk.cloud-assembly-schema"
+    assert locked_install.install_order(locked_install.closure(ROOT / "requirements-dev.txt")) == {
+        "aws-cdk-lib": "aws-cdk.cloud-assembly-schema"}
 
 
 def test_the_synth_set_leaves_out_devs_pins_and_anything_installed_at_its_version():
@@ -98,29 +156,43 @@ def test_the_synth_set_leaves_out_devs_pins_and_anything_installed_at_its_versio
     assert locked_install.chosen(pins, "dev") == pins[1:]
 
 
-def test_install_runs_both_halves_at_once_without_dependencies_and_returns_the_first_failure(tmp_path, monkeypatch):
+def test_install_runs_both_sides_at_once_without_dependencies_each_round_after_the_last(tmp_path, monkeypatch):
     lock = tmp_path / "lock.txt"
-    lock.write_text("nosuch-a==1.0  # dev 9 MB\nnosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB\n")
-    started, listed = [], []
+    lock.write_text("nosuch-a==1.0  # dev 9 MB\nnosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB, after nosuch-b\n")
+    started = []
 
     class Pip:
         def __init__(self, command):
-            started.append(command)
-            listed.append(open(command[-1]).read())  # read now: the folder goes when install returns
+            self.listed = open(command[-1]).read()  # read now: the folder goes when install returns
+            started.append((command, self.listed))
 
         def wait(self):
-            return 1 if "nosuch-b" in listed[started.index(self.command)] else 0
+            return 0
 
-    def popen(command):
-        pip = Pip(command)
-        pip.command = command
-        return pip
-
-    monkeypatch.setattr(subprocess, "Popen", popen)
-    assert locked_install.install(lock, "dev") == 1
+    monkeypatch.setattr(subprocess, "Popen", Pip)
+    assert locked_install.install(lock, "dev") == 0
     assert all(command[1:7] == ["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-               for command in started)
-    assert listed == ["nosuch-a==1.0\n", "nosuch-b==2.0\nnosuch-c==3.0\n"]
+               for command, _ in started)
+    listed = [text for _, text in started]
+    assert sorted(listed) == ["nosuch-a==1.0\n", "nosuch-b==2.0\n", "nosuch-c==3.0\n"]
+    assert listed.index("nosuch-b==2.0\n") < listed.index("nosuch-c==3.0\n")
+
+
+def test_a_failed_round_stops_its_side_and_is_the_exit_status(tmp_path, monkeypatch):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("nosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB, after nosuch-b\n")
+    listed = []
+
+    class Pip:
+        def __init__(self, command):
+            listed.append(open(command[-1]).read())
+
+        def wait(self):
+            return 1
+
+    monkeypatch.setattr(subprocess, "Popen", Pip)
+    assert locked_install.install(lock, "dev") == 1
+    assert listed == ["nosuch-b==2.0\n"]
 
 
 def test_the_makefile_installs_each_set_from_the_lock_before_pip_reads_the_requirement_files():

@@ -11,11 +11,18 @@ locked install then fails at its start and the plain install does the work alone
     python -m tools.locked_install install requirements-lock.txt synth|dev
     python -m tools.locked_install lock requirements-lock.txt requirements.txt requirements-dev.txt   (make lock)
 
+Two distributions may install the same file (aws-cdk-lib and aws-cdk.cloud-assembly-schema both hold
+aws_cdk/cloud_assembly_schema/__init__.py). pip installs a distribution after those it depends on, so the
+dependent's copy is the one left; installed in another order, jsii could not find aws-cdk-lib's types. The lock
+marks such a distribution `after` the one it must follow, and `install` runs it on that one's side, in a pip
+started once that one is in.
+
 `install` imports only the standard library: it runs before anything is installed.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.metadata
 import re
 import subprocess
@@ -25,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SETS = ("synth", "dev")
-LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)\s+#\s*(?P<set>synth|dev)\s+(?P<mb>\d+)\s*MB$")
+LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)\s+#\s*(?P<set>synth|dev)\s+(?P<mb>\d+)\s*MB"
+                  r"(?:, after (?P<after>[A-Za-z0-9._-]+))?$")
+FORMAT = "name==version  # synth|dev N MB[, after NAME]"
 PIP = ("-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps")
 
 
@@ -35,9 +44,10 @@ class Pin:
     version: str
     set: str
     mb: int
+    after: str | None = None  # a distribution that installs a file of this one's: this one goes in after it
 
     def line(self) -> str:
-        return f"{self.name}=={self.version}  # {self.set} {self.mb} MB"
+        return f"{self.name}=={self.version}  # {self.set} {self.mb} MB" + (f", after {self.after}" if self.after else "")
 
 
 def read_lock(path: Path) -> list[Pin]:
@@ -48,8 +58,8 @@ def read_lock(path: Path) -> list[Pin]:
             continue
         match = LINE.match(text.strip())
         if not match:
-            raise ValueError(f"{path}:{number}: expected 'name==version  # synth|dev N MB', got {text!r}")
-        pins.append(Pin(match["name"], match["version"], match["set"], int(match["mb"])))
+            raise ValueError(f"{path}:{number}: expected '{FORMAT}', got {text!r}")
+        pins.append(Pin(match["name"], match["version"], match["set"], int(match["mb"]), match["after"]))
     return pins
 
 
@@ -64,25 +74,47 @@ def chosen(pins: list[Pin], wanted: str) -> list[Pin]:
     return [p for p in pins if (wanted == "dev" or p.set == "synth") and not installed(p)]
 
 
-def halves(pins: list[Pin]) -> tuple[list[Pin], list[Pin]]:
-    """Two lists of about the same megabytes: the largest first, each to the lighter side."""
-    sides: tuple[list[Pin], list[Pin]] = ([], [])
-    for pin in sorted(pins, key=lambda p: (-p.mb, p.name)):
-        min(sides, key=lambda side: sum(p.mb for p in side)).append(pin)
+def halves(pins: list[Pin]) -> tuple[list[list[Pin]], list[list[Pin]]]:
+    """Two sides of about the same megabytes, each a list of rounds (one pip each, one after the other): the largest
+    first, each to the lighter side; a pin `after` another goes to that one's side, a round later."""
+    sides: tuple[list[list[Pin]], list[list[Pin]]] = ([[]], [[]])
+    placed: dict[str, tuple[int, int]] = {}  # name -> (side, round)
+    names = {p.name for p in pins}
+    waiting = sorted(pins, key=lambda p: (-p.mb, p.name))
+    while waiting:
+        pin = next((p for p in waiting if p.after is None or p.after in placed or p.after not in names), None)
+        if pin is None:
+            raise ValueError(f"requirements lock: the 'after' of {waiting[0].name} leads back to it")
+        waiting.remove(pin)
+        if pin.after in placed:
+            side, round_ = placed[pin.after][0], placed[pin.after][1] + 1
+        else:
+            side, round_ = min((0, 1), key=lambda i: sum(p.mb for pins_of_round in sides[i] for p in pins_of_round)), 0
+        sides[side].extend([] for _ in range(round_ + 1 - len(sides[side])))
+        sides[side][round_].append(pin)
+        placed[pin.name] = (side, round_)
     return sides
 
 
+def _pip_rounds(rounds: list[list[Pin]], folder: Path, side: int) -> int:
+    """One pip a round, each once the one before succeeded; the first failure's exit status."""
+    for number, pins in enumerate(rounds):
+        if not pins:
+            continue
+        listing = folder / f"side{side}-round{number}.txt"
+        listing.write_text("".join(f"{p.name}=={p.version}\n" for p in pins))
+        code = subprocess.Popen([sys.executable, *PIP, "-r", str(listing)]).wait()
+        if code:
+            return code
+    return 0
+
+
 def install(lock: Path, wanted: str) -> int:
-    """Both halves at once; pip's exit status, the first that failed."""
-    todo = chosen(read_lock(lock), wanted)
-    with tempfile.TemporaryDirectory() as folder:
-        runs = []
-        for i, side in enumerate(halves(todo)):
-            if side:
-                listing = Path(folder) / f"part{i}.txt"
-                listing.write_text("".join(f"{p.name}=={p.version}\n" for p in side))
-                runs.append(subprocess.Popen([sys.executable, *PIP, "-r", str(listing)]))
-        codes = [run.wait() for run in runs]
+    """Both sides at once; pip's exit status, the first that failed."""
+    sides = halves(chosen(read_lock(lock), wanted))
+    with tempfile.TemporaryDirectory() as folder, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(_pip_rounds, rounds, Path(folder), side) for side, rounds in enumerate(sides)]
+        codes = [run.result() for run in runs]
     return next((code for code in codes if code), 0)
 
 
@@ -96,6 +128,14 @@ def requirement_lines(path: Path) -> list[str]:
         elif text and not text.startswith("#"):
             lines.append(text)
     return lines
+
+
+def _requirements(dist: importlib.metadata.Distribution, extras) -> list:
+    """What a distribution requires for these extras, markers evaluated as pip does for this interpreter."""
+    from packaging.requirements import Requirement
+
+    needed = [Requirement(text) for text in dist.requires or []]
+    return [r for r in needed if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras or {""})]
 
 
 def closure(requirement_file: Path) -> dict[str, importlib.metadata.Distribution]:
@@ -114,12 +154,44 @@ def closure(requirement_file: Path) -> dict[str, importlib.metadata.Distribution
             continue
         seen.add((name, frozenset(requirement.extras)))
         dist = found.setdefault(name, importlib.metadata.distribution(requirement.name))
-        for text in dist.requires or []:
-            needed = Requirement(text)
-            if needed.marker is None or any(needed.marker.evaluate({"extra": extra})
-                                            for extra in requirement.extras or {""}):
-                todo.append(needed)
+        todo += _requirements(dist, requirement.extras)
     return found
+
+
+def install_order(dists: dict[str, importlib.metadata.Distribution]) -> dict[str, str]:
+    """name -> the distribution it must be installed after: of two that install the same file, the one that depends
+    on the other (pip installs a dependency first, so the dependent's copy is the one left). ValueError for two
+    that share a file and neither depends on the other: pip's order for them is not theirs to set."""
+    from packaging.utils import canonicalize_name
+
+    def depends(name: str, on: str) -> bool:
+        todo, seen = [name], set()
+        while todo:
+            current = todo.pop()
+            for requirement in _requirements(dists[current], ()):
+                needed = canonicalize_name(requirement.name)
+                if needed == on:
+                    return True
+                if needed in dists and needed not in seen:
+                    seen.add(needed)
+                    todo.append(needed)
+        return False
+
+    owners: dict[str, list[str]] = {}
+    for name, dist in dists.items():
+        for file in dist.files or []:
+            if not str(file).startswith("..") and ".dist-info/" not in str(file) and "__pycache__" not in str(file):
+                owners.setdefault(str(file), []).append(name)
+    after = {}
+    for file, names in owners.items():
+        for first, second in zip(names, names[1:]):
+            if depends(second, first):
+                after[second] = dists[first].metadata["Name"]
+            elif depends(first, second):
+                after[first] = dists[second].metadata["Name"]
+            else:
+                raise ValueError(f"{file}: installed by {first} and {second}, neither of which depends on the other")
+    return after
 
 
 def installed_mb(dist: importlib.metadata.Distribution) -> int:
@@ -132,12 +204,14 @@ def installed_mb(dist: importlib.metadata.Distribution) -> int:
 
 
 def lock(path: Path, synth_requirements: Path, dev_requirements: Path) -> list[Pin]:
-    synth = closure(synth_requirements)
-    pins = [Pin(dist.metadata["Name"], dist.version, "synth" if name in synth else "dev", installed_mb(dist))
-            for name, dist in sorted(closure(dev_requirements).items())]
+    synth, dev = closure(synth_requirements), closure(dev_requirements)
+    after = install_order(dev)
+    pins = [Pin(dist.metadata["Name"], dist.version, "synth" if name in synth else "dev", installed_mb(dist),
+                after.get(name)) for name, dist in sorted(dev.items())]
     path.write_text("# Every distribution requirements.txt (synth) and requirements-dev.txt (dev) pull in, as installed\n"
                     "# on Linux x86_64 with Python 3.11, and its installed size: tools/locked_install.py installs them\n"
-                    "# in two pips at once. Written by `make lock`; tests/test_lock.py checks it against the files.\n"
+                    "# in two pips at once, each `after` the one whose file it replaces. Written by `make lock`; tests/test_lock.py\n"
+                    "# checks it against the files and what pip installed.\n"
                     + "".join(pin.line() + "\n" for pin in pins))
     return pins
 
