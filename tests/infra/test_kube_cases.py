@@ -4,11 +4,13 @@ boundary, each kind and pod group it applies to."""
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
 from tests.infra.test_seams_kube import _ray_job, config_map
 from tools.seams import kube
+from tools.seams.cfn import Resolver
 
 
 @pytest.mark.parametrize("size, refused", [(1 << 20, False), ((1 << 20) + 1, True)])
@@ -73,3 +75,13 @@ def test_a_head_groups_prestop_hook_is_held_to_its_grace_period_too():
 def test_the_grace_period_is_the_pods_own_when_set(grace, wait, refused):
     # terminationGracePeriodSeconds on the pod replaces the 30 s default, both above and below it.
     assert bool(kube.hook_problems(_ray_job(grace, wait))) is refused
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_a_manifest_created_without_overwrite_stores_last_applied_too(overwrite):
+    # aws-cdk-lib's kubectl handler runs `kubectl apply` with Overwrite and `kubectl create --save-config` without:
+    # both store kubectl.kubernetes.io/last-applied-configuration, so 200,000 bytes of data count twice either way.
+    resource = {"Type": kube.MANIFEST_RESOURCE,
+                "Properties": {"Manifest": json.dumps([config_map({"big.py": "x" * 200_000})]), "Overwrite": overwrite}}
+    [problem] = kube.problems(Resolver({"Resources": {"Job": resource}}, "us-east-2"))
+    assert "annotations (with kubectl apply's kubectl.kubernetes.io/last-applied-configuration)" in problem
