@@ -103,8 +103,14 @@ def test_settle_gives_up_on_a_save_still_uploading_at_its_deadline_and_says_so(t
     import threading
 
     release = threading.Event()
-    saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", print,
-                             upload=lambda local, uri: release.wait(30))
+
+    def hung_upload(local: str, uri: str) -> None:
+        release.wait(30)
+        # Released, the upload fails: its shipment ends there. Returning would send its thread on to wait for a
+        # commit whose files never came (COMMIT_WAIT_S), and the process could not exit for half an hour.
+        raise OSError("upload cut off")
+
+    saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", print, upload=hung_upload)
     saves.save(*_linear(), step=10, data_position=40)
     problems = []
     settling = threading.Thread(target=lambda: problems.extend(saves.settle(timeout_s=0.3)), daemon=True)
@@ -113,3 +119,26 @@ def test_settle_gives_up_on_a_save_still_uploading_at_its_deadline_and_says_so(t
     release.set()
     assert not settling.is_alive()
     assert len(problems) == 1 and problems[0].startswith("checkpoint of step 10: not committed within 0.")
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_a_background_save_counts_only_once_committed(tmp_path):
+    """The default, asynchronous save (AsyncSaver, on its own gloo group) states the commit protocol as the synchronous
+    one does: written whole but not yet committed, it is passed over, not taken for a checkpoint from before commit
+    markers (which would count as soon as its shards are in storage, without any rank's random state checked)."""
+    import torch.distributed as dist
+
+    from training.storage import scan_checkpoints
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        folder = tmp_path / "run" / ckpt.checkpoint_folder_name(10, "a")
+        folder.mkdir(parents=True)
+        model = torch.nn.Linear(2, 2)
+        saver = ckpt.AsyncSaver()
+        saver.start(str(folder), model, torch.optim.AdamW(model.parameters()), step=10, data_position=10, rank=0, world=1)
+        saver.finish()
+    finally:
+        dist.destroy_process_group()
+    [found] = scan_checkpoints(str(tmp_path / "run"))
+    assert (found.complete, found.why) == (False, "no commit marker: every file is there, but the save stopped before its commit")

@@ -57,6 +57,17 @@ def test_a_raise_fault_raises_on_the_last_rank_once_per_run(run, monkeypatch):
     at_step_start(cfg, 3, 1, 2, run, model=None)  # the retry trains step 3 through
 
 
+
+def test_the_same_fault_at_two_steps_fires_at_each_once(run, monkeypatch):
+    """raise@3,raise@6 (a chain that fails again after its resume, as the fault matrix's do): each step's fault
+    fires once per run, the second not used up by the first."""
+    monkeypatch.setenv(FAULTS_ENV, "raise@3,raise@6")
+    cfg = parse_args([])
+    for step in (3, 6):
+        with pytest.raises(RuntimeError, match=f"^injected exception at step {step}$"):
+            at_step_start(cfg, step, 1, 2, run, model=None)
+        at_step_start(cfg, step, 1, 2, run, model=None)  # the retry trains it through
+
 class _Settling:
     def __init__(self, problems: list[str]) -> None:
         self.problems, self.settled = problems, 0
