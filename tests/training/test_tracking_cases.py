@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from tests.training.test_tracking import Client
 from training import tracking
 from training.config import TrainConfig
 
@@ -75,21 +76,6 @@ def test_earlier_records_go_out_at_the_time_they_were_logged(monkeypatch):
     sent = started(monkeypatch, resumed_from=2, health=None, earlier=earlier).sent
     assert [(value["step"], value["logged_ms"]) for kind, value in sent if kind == "step"] == [
         (1, 1796515230000), (2, 1796515290000)]
-
-
-class Client:
-    """MlflowClient's log_batch and set_terminated, as called."""
-
-    def __init__(self) -> None:
-        self.batches: list[dict] = []
-        self.ended: list[str] = []
-
-    def log_batch(self, run_id, metrics=(), params=(), tags=()):
-        self.batches.append({"metrics": list(metrics), "params": {p.key: p.value for p in params},
-                             "tags": {t.key: t.value for t in tags}})
-
-    def set_terminated(self, run_id, status):
-        self.ended.append(status)
 
 
 @pytest.fixture
