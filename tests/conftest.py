@@ -212,6 +212,14 @@ def only(template, resource_type: str, predicate=lambda r: True) -> dict:
     return matches[0]
 
 
+def fake_aws_credentials(monkeypatch, region: str | None = "us-east-1", **more: str) -> None:
+    """Credentials moto (or a local S3 server) takes, so no AWS client looks for a real account's; a default region
+    unless None; `more` environment variables beside them (an endpoint, a session token)."""
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    for name, value in (env | ({"AWS_DEFAULT_REGION": region} if region else {}) | more).items():
+        monkeypatch.setenv(name, value)
+
+
 def local_ray(num_cpus: int):
     """A local Ray for a test module's fixture (yield from it): quiet, one thread per worker, no dashboard."""
     import ray

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import DATA
+from tests.conftest import DATA, fake_aws_credentials
 from tools import cluster_status as cs
 
 K8S = DATA / "k8s"
@@ -262,8 +262,7 @@ def moto_eks(monkeypatch):
     import boto3
     from moto import mock_aws
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, region=None)
     with mock_aws():
         eks = boto3.client("eks", region_name="us-east-2")
         role = "arn:aws:iam::123456789012:role/node"

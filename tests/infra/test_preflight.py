@@ -21,7 +21,7 @@ from stacks.context import settings_from_files
 from tools import preflight
 from tools.preflight import FAIL, PASS, WARN, Check
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, fake_aws_credentials
 
 G_QUOTA, STANDARD_QUOTA = "L-DB2E81BA", "L-1216C47A"
 
@@ -33,9 +33,7 @@ def settings(*overrides: str):
 @pytest.fixture
 def aws(monkeypatch):
     """moto in place of AWS, with EC2 vCPU quotas the test sets through the returned dict."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-2"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, region="us-east-2", AWS_SESSION_TOKEN="testing")
     quotas = {G_QUOTA: 96.0, STANDARD_QUOTA: 64.0}
     original = ServiceQuotasBackend.get_service_quota
 

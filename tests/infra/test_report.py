@@ -8,6 +8,7 @@ import math
 import pytest
 
 from tools.report import ReportError, load_run, main, render_png, report, resilience_lines, text_summary
+from tests.conftest import fake_aws_credentials
 
 
 def records(steps: int = 20, with_validation: bool = True) -> list[dict]:
@@ -71,9 +72,7 @@ def test_a_run_in_s3_is_read_with_the_callers_credentials(tmp_path, monkeypatch)
     import boto3
     from moto import mock_aws
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch)
     monkeypatch.chdir(tmp_path)
     with mock_aws():
         s3 = boto3.client("s3")

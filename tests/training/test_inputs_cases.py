@@ -12,6 +12,7 @@ import pytest
 from training.config import ConfigError, TrainConfig
 from training.config_rules import validate
 from training.inputs import check_hub_positions, check_inputs
+from tests.conftest import fake_aws_credentials
 
 
 @pytest.fixture
@@ -19,9 +20,7 @@ def s3(monkeypatch):
     import boto3
     from moto import mock_aws
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch)
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="data-bucket")

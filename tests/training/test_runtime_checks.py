@@ -11,6 +11,7 @@ import pytest
 
 from training import runtime_checks
 from training.runtime_checks import FirstMinuteCheckFailed, check_memlock, check_storage, first_minute_checks
+from tests.conftest import fake_aws_credentials
 
 # systemd's DefaultLimitMEMLOCK (8M since systemd commit 852b625, as the kernel's since 5.16): what a
 # container gets from a containerd unit that sets no LimitMEMLOCK.
@@ -96,10 +97,8 @@ def denying_s3(monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DenyingS3)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     # pyarrow's S3 client (the AWS SDK for C++) reads the endpoint and credentials from the environment
-    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}", "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-2",
-                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, region="us-east-2", AWS_ENDPOINT_URL=f"http://127.0.0.1:{server.server_port}",
+                         AWS_EC2_METADATA_DISABLED="true")
     yield
     server.shutdown()
 

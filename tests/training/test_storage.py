@@ -17,6 +17,7 @@ import torch.multiprocessing as mp
 from training.storage import (checkpoint_complete, complete_checkpoints, download_prefix, filesystem, latest_checkpoint,
                               local_model_path, write_text)
 from tests.process_group import leave
+from tests.conftest import fake_aws_credentials
 
 
 def _save_two_ranks(rank: int, store: str, folder: str, step: int) -> None:
@@ -176,9 +177,7 @@ def s3(s3_server, monkeypatch):
     """A boto3 client and a new, empty bucket on the local S3 server."""
     import boto3
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL_S3": s3_server}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch, AWS_ENDPOINT_URL_S3=s3_server)
     client, bucket = boto3.client("s3"), f"runs-{next(_buckets)}"
     client.create_bucket(Bucket=bucket)
     return client, bucket
@@ -254,9 +253,7 @@ def s3_model(tmp_path, monkeypatch):
     from benchmarks.tiny_model import save_tiny_model
     from tests.conftest import DATA
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch)
     folder = save_tiny_model(tmp_path / "saved", DATA / "chat.jsonl")
     with mock_aws():
         s3 = boto3.client("s3")
@@ -342,9 +339,7 @@ def model_bucket(monkeypatch):
     import boto3
     from moto import mock_aws
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch)
     with mock_aws():
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="models")

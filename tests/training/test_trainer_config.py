@@ -13,6 +13,7 @@ from training.config import MAX_STEPS, ConfigError, TrainConfig
 from training.config_rules import validate
 from training.inputs import check_inputs
 from training.train import main
+from tests.conftest import fake_aws_credentials
 
 REFUSED = [
     (["--node-wait-s", "-2"], r"--node-wait-s: -2 must be -1 \(no limit\) or between 0 and 604800"),
@@ -233,8 +234,7 @@ def s3(monkeypatch):
     import boto3
     from moto import mock_aws
 
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
+    fake_aws_credentials(monkeypatch)
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="data-bucket")
