@@ -156,20 +156,26 @@ def test_the_synth_set_leaves_out_devs_pins_and_anything_installed_at_its_versio
     assert locked_install.chosen(pins, "dev") == pins[1:]
 
 
-def test_install_runs_both_sides_at_once_without_dependencies_each_round_after_the_last(tmp_path, monkeypatch):
-    lock = tmp_path / "lock.txt"
-    lock.write_text("nosuch-a==1.0  # dev 9 MB\nnosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB, after nosuch-b\n")
+def fake_pips(monkeypatch, exit_status: int) -> list[tuple[list[str], str]]:
+    """subprocess.Popen as install() starts pip: each pip's command and its listing (read at the start: the folder
+    goes when install returns), each pip ending with exit_status."""
     started = []
 
     class Pip:
         def __init__(self, command):
-            self.listed = open(command[-1]).read()  # read now: the folder goes when install returns
-            started.append((command, self.listed))
+            started.append((command, open(command[-1]).read()))
 
         def wait(self):
-            return 0
+            return exit_status
 
     monkeypatch.setattr(subprocess, "Popen", Pip)
+    return started
+
+
+def test_install_runs_both_sides_at_once_without_dependencies_each_round_after_the_last(tmp_path, monkeypatch):
+    lock = tmp_path / "lock.txt"
+    lock.write_text("nosuch-a==1.0  # dev 9 MB\nnosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB, after nosuch-b\n")
+    started = fake_pips(monkeypatch, 0)
     assert locked_install.install(lock, "dev") == 0
     assert all(command[1:7] == ["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
                for command, _ in started)
@@ -181,18 +187,9 @@ def test_install_runs_both_sides_at_once_without_dependencies_each_round_after_t
 def test_a_failed_round_stops_its_side_and_is_the_exit_status(tmp_path, monkeypatch):
     lock = tmp_path / "lock.txt"
     lock.write_text("nosuch-b==2.0  # synth 5 MB\nnosuch-c==3.0  # dev 4 MB, after nosuch-b\n")
-    listed = []
-
-    class Pip:
-        def __init__(self, command):
-            listed.append(open(command[-1]).read())
-
-        def wait(self):
-            return 1
-
-    monkeypatch.setattr(subprocess, "Popen", Pip)
+    started = fake_pips(monkeypatch, 1)
     assert locked_install.install(lock, "dev") == 1
-    assert listed == ["nosuch-b==2.0\n"]
+    assert [text for _, text in started] == ["nosuch-b==2.0\n"]
 
 
 def test_the_makefile_installs_each_set_from_the_lock_before_pip_reads_the_requirement_files():

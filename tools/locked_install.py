@@ -51,7 +51,7 @@ class Pin:
 
 
 def read_lock(path: Path) -> list[Pin]:
-    """The lock's pins; ValueError naming the line that is not `name==version  # synth|dev N MB`."""
+    """The lock's pins; ValueError naming a line not in FORMAT."""
     pins = []
     for number, text in enumerate(path.read_text().splitlines(), 1):
         if not text.strip() or text.startswith("#"):
