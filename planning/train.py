@@ -1,5 +1,5 @@
 """A run started by hand with auto settings: `python -m planning.train` takes the trainer's own options
-(`python -m training.train --help`), resolves every auto with the planner (micro-batch, recomputation, sharding;
+(`python -m training.train --help`), resolves every auto with the planner (micro-batch, recomputation, sharding, precision;
 the line that says what it picked and why is printed), then starts the trainer with the explicit values, as the
 synth does for the cluster's RayJob.
 """
@@ -14,7 +14,7 @@ from training import train
 from training.command_line import parse_args
 from training.config import ConfigError, option_flag
 
-RESOLVED = ("micro_batch", "activation_checkpointing", "sharding")
+RESOLVED = ("micro_batch", "activation_checkpointing", "sharding", "precision")
 
 
 def resolved_argv(argv: list[str]) -> tuple[list[str], str | None]:

@@ -52,6 +52,8 @@ def cdk_flags(registry: Path = CDK_REGISTRY) -> frozenset[str] | None:
                 flags.add(("-" if len(each) == 1 else "--") + each)
             if spec.get("type") == "boolean":
                 flags.add(f"--no-{name}")
+            if spec.get("negativeAlias"):  # yargs: -R is --no-rollback
+                flags.add(f"-{spec['negativeAlias']}")
     return frozenset(flags)
 
 

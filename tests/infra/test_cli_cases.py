@@ -32,10 +32,16 @@ def app_dir(tmp_path):
     "--changeset",  # the alias of diff's change-set
     "-q",  # the one-letter alias of quiet (synth, diff)
     "--no-version-reporting",  # a boolean's --no- form (yargs)
+    "-R",  # deploy's negativeAlias of rollback: yargs reads it as --no-rollback
 ])
 def test_each_cdk_command_and_alias_flag_is_kept_for_cdk(flag, tmp_path):
     _, rest, settings = parse(parser(), ["--cdk-json", app_dir(tmp_path), flag])
     assert settings is not None and rest == [flag]
+
+
+def test_a_letter_cdk_does_not_declare_is_refused(tmp_path):
+    _, rest, settings = parse(parser(), ["--cdk-json", app_dir(tmp_path), "-Z"])
+    assert settings is None
 
 
 def test_without_the_cdk_cli_there_are_no_cdk_flags(tmp_path):

@@ -79,16 +79,24 @@ def test_the_cluster_run_is_resolved_into_explicit_options_with_the_predicted_fi
     """The README's default run on 2 x g6.12xlarge: hybrid+bf16, micro-batch 4 x 1, full recomputation, ~2.11 s a
     step; its inter-node link is the instance's 40 Gbit/s (5 GB/s) at the calibrated 60% NCCL efficiency: 3 GB/s."""
     argv, line = resolved_argv(DEFAULT_CLUSTER + ["--micro-batch", "auto", "--activation-checkpointing", "auto"])
-    assert argv[-5:-2] == ["--micro-batch=4", "--activation-checkpointing=full", "--sharding=hybrid"]
+    assert argv[-6:-2] == ["--micro-batch=4", "--activation-checkpointing=full", "--sharding=hybrid", "--precision=bf16"]
     assert argv[-2].startswith("--predicted-step-seconds=2.1") and argv[-1] == "--predicted-link-gbps=3.000"
     assert line.startswith("auto: hybrid+bf16, micro-batch 4 x 1 accumulation, full recomputation: fastest that fits")
     resolved = parse_args(argv)
     assert (resolved.micro_batch, resolved.grad_accum, resolved.sharding) == (4, 1, "hybrid")
 
 
+def test_precision_auto_reaches_the_trainer_as_the_precision_the_planner_picked():
+    """planning.train hands the trainer what auto's line says it picked; the trainer refuses auto itself."""
+    argv, _ = resolved_argv(P5_FITTING + ["--precision", "auto"])
+    assert parse_args(argv).precision == resolve_run(parse_args(P5_FITTING + ["--precision", "auto"])).config.precision
+    assert "--precision=fp8" in argv
+
+
 def test_a_local_run_needs_no_planner_for_its_sharding():
     argv, line = resolved_argv(["--local", "--workers", "2", "--model", "tiny"])
-    assert argv[-3:] == ["--micro-batch=4", "--activation-checkpointing=none", "--sharding=full"] and line is None
+    assert argv[-4:] == ["--micro-batch=4", "--activation-checkpointing=none", "--sharding=full", "--precision=bf16"]
+    assert line is None
 
 
 def test_the_cli_prints_one_line_without_traceback(capsys):
