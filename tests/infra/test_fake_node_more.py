@@ -1,0 +1,30 @@
+"""The fake node's limits (tools.seams.fake_node), held in both of its modes: what it lacks stays lacking, what it
+allows is exactly the moved folders and /dev/null."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.seams import fake_node
+
+BOTH_MODES = [False, pytest.param(True, marks=pytest.mark.skipif(not fake_node.namespaces_work(),
+                                                                 reason="no user namespaces"))]
+
+
+@pytest.mark.parametrize("chroot", BOTH_MODES)
+@pytest.mark.parametrize("command", ["rm -f kept", "uname -r", "dnf install -y something"])
+def test_a_command_the_fake_node_lacks_is_not_found_in_either_mode(tmp_path, chroot, command):
+    # The fake node offers TOOLS and the recorders, nothing from this machine's PATH: a command it lacks fails the
+    # part (bash's 127) instead of running here, and `rm` deletes nothing.
+    outcome = fake_node.run(tmp_path, f"#!/bin/bash\necho x > kept\n{command}\n", chroot=chroot)
+    assert outcome.exit_code == 127 and f"{command.split()[0]}: command not found" in outcome.stderr
+    assert (tmp_path / "kept").read_text() == "x\n"
+
+
+@pytest.mark.parametrize(("line", "token"), [
+    # /dev/null alone is harmless: its neighbours and the folders that hold it are not
+    ("echo 1 > /dev/null", ""), ("echo 1 > /dev/null2", "/dev/null2"), ("cd /dev", "/dev"),
+    ("cd /tmp", "/tmp"), ("echo 1 > /dev/zero", "/dev/zero"),
+])
+def test_only_dev_null_is_harmless_besides_the_moved_folders(line, token):
+    assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
