@@ -21,3 +21,31 @@ FOLDERS = ["/etc/systemd/system/containerd.service.d", "/run/systemd/system/cont
 ])
 def test_only_a_conf_file_is_a_drop_in(folder, name, memlock):
     assert memlock_of(drop_in(name, "[Service]\\nLimitMEMLOCK=infinity\\n", folder)) == memlock
+
+
+@pytest.mark.parametrize(("limit", "memlock"), [
+    # systemd's rlimit_parse (src/basic/rlimit-util.c): only "infinity" is unlimited; a size is parse_size's, base
+    # 1024 with the suffixes B K M G T P E (upper case), fractions and sums ("1G 512M"); soft:hard sets the soft one.
+    ("infinity", math.inf), ("infinity:infinity", math.inf), ("8M:infinity", EIGHT_MIB),
+    ("1T", 1 << 40), ("1.5G", 3 << 29), ("1G 512M", 3 << 29), ("4096B", 4096),
+])
+def test_a_limit_is_read_as_systemd_parses_it(limit, memlock):
+    assert memlock_of(drop_in("90-memlock.conf", f"[Service]\\nLimitMEMLOCK={limit}\\n")) == memlock
+
+
+@pytest.mark.parametrize("limit", [
+    # config_parse_rlimit (src/shared/conf-parser.c) logs "Failed to parse resource value, ignoring" or "Soft
+    # resource limit chosen higher than hard limit, ignoring" and keeps what was set before: ulimit's "unlimited"
+    # and -1 are no systemd values, nor a lower-case unit, and a soft limit above its hard one is refused
+    "unlimited", "-1", "8m", "lots", "", "infinity:8M", "1:2:3",
+])
+def test_a_limit_systemd_cannot_parse_is_ignored(limit):
+    # an earlier drop-in's 64M stays: the refused line changes nothing
+    script = (drop_in("10-memlock.conf", "[Service]\\nLimitMEMLOCK=64M\\n")
+              + drop_in("90-memlock.conf", f"[Service]\\nLimitMEMLOCK={limit}\\n"))
+    assert memlock_of(script) == 64 << 20
+
+
+def test_within_a_drop_in_an_unparsable_last_assignment_keeps_the_one_before():
+    assert memlock_of(drop_in("90-memlock.conf", "[Service]\\nLimitMEMLOCK=infinity\\nLimitMEMLOCK=unlimited\\n")) \
+        == math.inf

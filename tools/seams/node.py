@@ -24,7 +24,8 @@ and only a few file tools on PATH (so a command the fake node lacks fails the pa
 machine). Then the containerd
 drop-ins it left are read as systemd reads them (systemd.unit(5) "Drop-in": every *.conf of
 containerd.service.d/ in /etc and /run, a name in /etc hiding the same name in /run, applied in file-name order;
-systemd.exec(5): LimitMEMLOCK= in the [Service] section, the last assignment wins, "infinity" unlimited).
+systemd.exec(5): LimitMEMLOCK= in the [Service] section, the last assignment wins, "infinity" unlimited; a value
+systemd cannot parse, such as ulimit's "unlimited", is ignored).
 The MIME document must parse without defects (RFC 2046 5.1.1: the body ends with the close delimiter
 "--boundary--"): Python's email parser records each malformation as a defect where cloud-init's own parser,
 also Python's email package (cloudinit/user_data.py), may drop or misread a part.
@@ -72,14 +73,34 @@ class NodeView:
     """Tokens of shell parts not run because they could write outside the fake node's root."""
 
 
-def _memlock_value(text: str) -> float:
-    """A LimitMEMLOCK= value: bytes (K, M, G: powers of 1024), infinity, or soft:hard (the lower one binds)."""
-    if ":" in text:
-        return min(_memlock_value(part) for part in text.split(":", 1))
-    if text in ("infinity", "unlimited", "-1"):
-        return UNLIMITED
-    units = {"K": 1 << 10, "M": MIB, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+_SIZE_UNITS = {"E": 1 << 60, "P": 1 << 50, "T": 1 << 40, "G": 1 << 30, "M": MIB, "K": 1 << 10, "B": 1, "": 1}
+_SIZE_TERM = re.compile(r"\s*(\d+)(?:\.(\d*))?\s*([EPTGMKB]?)")
+
+
+def _size(text: str) -> int | None:
+    """systemd's parse_size, base 1024 (src/basic/parse-util.c): terms such as 8M, 1.5G or 1G 512M (each unit at
+    most once, larger first); None where systemd refuses it."""
+    total, at, allowed = 0, 0, list(_SIZE_UNITS)
+    while True:
+        term = _SIZE_TERM.match(text, at)
+        if not term or term.group(3) not in allowed:
+            return None
+        factor = _SIZE_UNITS[term.group(3)]
+        total += int(term.group(1)) * factor + int(float(f"0.{term.group(2) or 0}") * factor)
+        allowed, at = allowed[allowed.index(term.group(3)) + 1:], term.end()
+        if at == len(text):
+            return total
+
+
+def _memlock_value(text: str) -> float | None:
+    """A LimitMEMLOCK= value as systemd's rlimit_parse reads it (src/basic/rlimit-util.c): "infinity" or a size,
+    or soft:hard, of which the soft limit binds; None where systemd ignores the line (config_parse_rlimit: a value it
+    cannot parse, such as ulimit's "unlimited", or a soft limit above the hard one)."""
+    soft_text, _, hard_text = text.partition(":")
+    soft, hard = (UNLIMITED if part == "infinity" else _size(part) for part in (soft_text, hard_text or soft_text))
+    if soft is None or hard is None or ":" in hard_text or soft > hard:
+        return None
+    return soft
 
 
 def _rlimit_value(value) -> float:
@@ -108,8 +129,9 @@ class ShellEffect:
     """The token that kept the script from running (fake_node.refused_token), or ''."""
 
 
-def _limit_memlock(drop_in: str) -> str | None:
-    """The last LimitMEMLOCK= of the file's [Service] section (systemd.exec(5)); outside it, systemd ignores it."""
+def _limit_memlock(drop_in: str) -> float | None:
+    """The last LimitMEMLOCK= of the file's [Service] section that systemd can parse (systemd.exec(5)); outside that
+    section, or unparsable, systemd ignores it."""
     section, value = None, None
     for line in drop_in.splitlines():
         line = line.strip()
@@ -119,8 +141,8 @@ def _limit_memlock(drop_in: str) -> str | None:
             section = line[1:-1]
         elif section == "Service" and "=" in line:
             key, _, text = line.partition("=")
-            if key.strip() == "LimitMEMLOCK":
-                value = text.strip()
+            parsed = _memlock_value(text.strip()) if key.strip() == "LimitMEMLOCK" else None
+            value = parsed if parsed is not None else value
     return value
 
 
@@ -138,7 +160,7 @@ def run_shell_part(script: str) -> ShellEffect:
         memlock = None
         for name in sorted(drop_ins):
             value = _limit_memlock(drop_ins[name].read_text())
-            memlock = _memlock_value(value) if value is not None else memlock
+            memlock = value if value is not None else memlock
     return ShellEffect(memlock, outcome.exit_code, outcome.stderr, outcome.refused)
 
 
