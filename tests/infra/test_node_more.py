@@ -8,6 +8,9 @@ import math
 import pytest
 
 from tests.infra.test_node_cases import drop_in, memlock_of
+from tests.infra.test_seams_node import hugepages_pod, mime, nodegroup_template
+from tools.seams import node
+from tools.seams.cfn import Resolver
 
 EIGHT_MIB = 8 << 20
 FOLDERS = ["/etc/systemd/system/containerd.service.d", "/run/systemd/system/containerd.service.d"]
@@ -49,3 +52,28 @@ def test_a_limit_systemd_cannot_parse_is_ignored(limit):
 def test_within_a_drop_in_an_unparsable_last_assignment_keeps_the_one_before():
     assert memlock_of(drop_in("90-memlock.conf", "[Service]\\nLimitMEMLOCK=infinity\\nLimitMEMLOCK=unlimited\\n")) \
         == math.inf
+
+
+def hugepage_problems(pages: int, *amounts: str) -> list[str]:
+    """The node seam's verdict on one pod whose containers ask `amounts` of hugepages-2Mi, on a group that reserves
+    `pages` 2 MiB pages."""
+    t = nodegroup_template(mime(("text/x-shellscript", f"#!/bin/bash\nsysctl -w vm.nr_hugepages={pages}\n")), efa=False)
+    t["Resources"]["Gpu"]["Properties"]["Labels"] = {"role": "gpu-worker"}
+    pod = hugepages_pod(amounts[0])
+    pod["spec"]["containers"] += [{"resources": {"limits": {"hugepages-2Mi": a}}} for a in amounts[1:]]
+    return node.problems(Resolver(t, "us-east-2"), [pod])
+
+
+@pytest.mark.parametrize(("amount", "fits"), [
+    # Kubernetes quantities: G is 10**9 bytes, Gi 2**30. 477 pages are 1,000,341,504 bytes: 1G fits, 1Gi does not.
+    ("1G", True), ("1Gi", False), ("1000M", True), ("954Mi", True), ("955Mi", False), ("1000341504", True),
+    ("1000341505", False),
+])
+def test_a_hugepages_request_is_read_in_kubernetes_units(amount, fits):
+    assert (hugepage_problems(477, amount) == []) is fits
+
+
+def test_a_pods_hugepages_are_the_sum_of_its_containers():
+    # The scheduler adds up the containers' requests: two of 512Mi need 1 GiB, more than 256 pages (512 MiB).
+    [problem] = hugepage_problems(256, "512Mi", "512Mi")
+    assert "asks 1024 MiB of hugepages-2Mi, the node reserves 512 MiB" in problem
