@@ -77,3 +77,11 @@ def test_a_pods_hugepages_are_the_sum_of_its_containers():
     # The scheduler adds up the containers' requests: two of 512Mi need 1 GiB, more than 256 pages (512 MiB).
     [problem] = hugepage_problems(256, "512Mi", "512Mi")
     assert "asks 1024 MiB of hugepages-2Mi, the node reserves 512 MiB" in problem
+
+
+def test_user_data_that_is_not_base64_is_read_as_it_is():
+    # A template whose user data keeps unresolved placeholders is not valid base64: its text is still the user data,
+    # judged like the encoded one (here its drop-in makes memlock unlimited), not taken for no user data.
+    view = node.node_view(mime(("text/x-shellscript", "#!/bin/bash\n" + drop_in("90-memlock.conf",
+                                                                                "[Service]\\nLimitMEMLOCK=infinity\\n"))))
+    assert (view.has_user_data, view.multipart, view.memlock) == (True, True, math.inf)
