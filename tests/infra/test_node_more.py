@@ -85,3 +85,24 @@ def test_user_data_that_is_not_base64_is_read_as_it_is():
     view = node.node_view(mime(("text/x-shellscript", "#!/bin/bash\n" + drop_in("90-memlock.conf",
                                                                                 "[Service]\\nLimitMEMLOCK=infinity\\n"))))
     assert (view.has_user_data, view.multipart, view.memlock) == (True, True, math.inf)
+
+
+@pytest.mark.parametrize("reference", [
+    {"Id": {"Ref": "Template"}},
+    # EKS API LaunchTemplateSpecification: a launch template is named by its id or by its name
+    {"Name": "gpu-nodes"},
+])
+def test_a_group_naming_its_launch_template_by_id_or_by_name_is_judged_on_it(reference):
+    t = nodegroup_template(None)  # an EFA template without the drop-in: refused when it is read
+    t["Resources"]["Template"]["Properties"]["LaunchTemplateName"] = "gpu-nodes"
+    t["Resources"]["Gpu"]["Properties"]["LaunchTemplate"] = {**reference, "Version": "1"}
+    assert node.launch_template_of(Resolver(t, "us-east-2"), "Gpu")[0] == "Template"
+    [problem] = node.problems(Resolver(t, "us-east-2"))
+    assert problem.startswith("node: Gpu: EFA pods need an unlimited memlock")
+
+
+def test_a_name_no_template_of_the_stack_holds_names_none():
+    t = nodegroup_template(None)
+    t["Resources"]["Template"]["Properties"]["LaunchTemplateName"] = "gpu-nodes"
+    t["Resources"]["Gpu"]["Properties"]["LaunchTemplate"] = {"Name": "other", "Version": "1"}
+    assert node.launch_template_of(Resolver(t, "us-east-2"), "Gpu") is None

@@ -218,6 +218,9 @@ def launch_template_of(r: Resolver, nodegroup_id: str) -> tuple[str, dict] | Non
         return None
     target = reference.get("Id") or reference.get("Name")
     logical_id = target.get("Ref") if isinstance(target, dict) else None
+    if isinstance(target, str) and "Name" in reference:  # a name: the stack's template of that LaunchTemplateName
+        logical_id = next((lid for lid, res in r.resources.items() if res["Type"] == "AWS::EC2::LaunchTemplate"
+                           and r.properties(lid).get("LaunchTemplateName") == target), None)
     if logical_id not in r.resources:
         return None
     return logical_id, r.properties(logical_id).get("LaunchTemplateData", {})
