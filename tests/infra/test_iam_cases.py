@@ -52,13 +52,23 @@ def registry_policy(principal) -> list[Policy]:
 @pytest.mark.parametrize("principal, caller, admitted", [
     ("*", ROLE, True),  # "Principal": "*" is everyone
     ({"AWS": "*"}, ROLE, True),
-    ({"AWS": "arn:aws:iam::111122223333:root"}, ROLE, True),  # the account's root names every principal in it
+    # an Allow naming the account delegates to the account's identity policies: alone, it admits none of its roles
+    ({"AWS": "arn:aws:iam::111122223333:root"}, ROLE, False),
     ({"AWS": "arn:aws:iam::111122223333:root"}, "arn:aws:iam::444455556666:role/app", False),
     ({"AWS": ROLE}, ROLE, True), ({"AWS": ROLE}, "arn:aws:iam::111122223333:role/other", False),
 ])
 def test_a_resource_policys_principal(principal, caller, admitted):
     # IAM User Guide, "AWS JSON policy elements: Principal": AWS account principals and the anonymous "*".
     assert allowed(registry_policy(principal), "ecr:CreateRepository", principal=caller) is admitted
+
+
+def test_a_deny_naming_the_account_denies_its_roles():
+    # A Deny in a resource policy naming the account applies to every principal in it, over the role's own Allow.
+    deny = [Policy("registry", {"Statement": [{"Effect": "Deny", "Principal": {"AWS": "arn:aws:iam::111122223333:root"},
+                                               "Action": "ecr:CreateRepository", "Resource": "*"}]}, resource_based=True)]
+    own = [identity({"Effect": "Allow", "Action": "ecr:CreateRepository", "Resource": "*"})]
+    assert allowed(own, "ecr:CreateRepository", principal=ROLE)
+    assert not allowed(own + deny, "ecr:CreateRepository", principal=ROLE)
 
 
 def test_a_deny_whose_condition_fails_is_no_near_miss_of_an_allow():

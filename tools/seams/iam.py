@@ -79,7 +79,10 @@ def _principal_matches(statement: dict, principal: str) -> bool:
     value = statement["Principal"]
     if value == "*":
         return True
-    return any(p == "*" or p == principal or (kind == "AWS" and _account_root_covers(p, principal))
+    # An Allow naming the account delegates to the account's identity policies: it grants its roles nothing by itself
+    # (IAM User Guide, "AWS JSON policy elements: Principal", AWS account principals); a Deny naming it denies them.
+    delegated = statement["Effect"] == "Deny"
+    return any(p == "*" or p == principal or (kind == "AWS" and delegated and _account_root_covers(p, principal))
                for kind, ps in value.items() for p in _as_list(ps))
 
 
