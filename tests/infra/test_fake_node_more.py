@@ -18,6 +18,7 @@ def test_a_command_the_fake_node_lacks_is_not_found_in_either_mode(tmp_path, chr
     # part (bash's 127) instead of running here, and `rm` deletes nothing.
     outcome = fake_node.run(tmp_path, f"#!/bin/bash\necho x > kept\n{command}\n", chroot=chroot)
     assert outcome.exit_code == 127 and f"{command.split()[0]}: command not found" in outcome.stderr
+    assert str(tmp_path) not in outcome.stderr  # the temporary root is cut from what the seam reports
     assert (tmp_path / "kept").read_text() == "x\n"
 
 
@@ -25,6 +26,8 @@ def test_a_command_the_fake_node_lacks_is_not_found_in_either_mode(tmp_path, chr
     # /dev/null alone is harmless: its neighbours and the folders that hold it are not
     ("echo 1 > /dev/null", ""), ("echo 1 > /dev/null2", "/dev/null2"), ("cd /dev", "/dev"),
     ("cd /tmp", "/tmp"), ("echo 1 > /dev/zero", "/dev/zero"),
+    # a URL's path is no file path, however many URLs a line holds
+    ("curl -o a https://a.example/x https://b.example/y", ""), ("curl https://a.example/x > /tmp/x", "/tmp/x"),
 ])
 def test_only_dev_null_is_harmless_besides_the_moved_folders(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
