@@ -31,3 +31,19 @@ def test_a_command_the_fake_node_lacks_is_not_found_in_either_mode(tmp_path, chr
 ])
 def test_only_dev_null_is_harmless_besides_the_moved_folders(line, token):
     assert fake_node.refused_token(f"#!/bin/bash\n{line}\n") == token
+
+
+@pytest.mark.parametrize("chroot", BOTH_MODES)
+def test_the_file_tools_a_drop_in_script_uses_all_work_in_either_mode(tmp_path, chroot):
+    # What user data writes a drop-in with (the EKS and EFA guides' examples): each of these must run on the fake
+    # node, or the part fails there though it works on a node.
+    folder = "/etc/systemd/system/containerd.service.d"
+    script = (f"#!/bin/bash\nset -e\nmkdir -p {folder}\necho '[Service]' | tee {folder}/a.conf > /dev/null\n"
+              f"cat {folder}/a.conf > b.conf\ncp b.conf {folder}/b.conf\ninstall -m 644 b.conf {folder}/c.conf\n"
+              f"ln -s {folder}/c.conf {folder}/d.conf\nchmod 600 {folder}/b.conf\ntouch {folder}/e.conf\n"
+              f"sed -i 's/Service/Unit/' {folder}/b.conf\n")
+    outcome = fake_node.run(tmp_path, script, chroot=chroot)
+    assert (outcome.exit_code, outcome.stderr) == (0, "")
+    written = tmp_path / folder.lstrip("/")
+    assert sorted(p.name for p in written.iterdir()) == ["a.conf", "b.conf", "c.conf", "d.conf", "e.conf"]
+    assert (written / "b.conf").read_text() == "[Unit]\n"
