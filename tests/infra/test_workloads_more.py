@@ -1,8 +1,11 @@
 """Each workload's AWS calls (tools.seams.workloads), more cases on small templates: each call made as the role of
-the function that makes it."""
+the function that makes it, and Pod Identity's request context as a trust policy's conditions read it."""
 
 from __future__ import annotations
 
+import pytest
+
+from tests.infra.test_seams_workloads import autoscaler_template, denied
 from tools.seams import workloads as w
 from tools.seams.cfn import Resolver
 
@@ -26,3 +29,27 @@ def test_the_framework_invokes_the_handler_and_the_handler_describes_the_cluster
     calls = w.kubectl_handler_calls(Resolver(_kubectl_provider()))
     assert [(c.request.principal.rsplit("/", 1)[1], c.request.action) for c in calls] == [
         ("framework", "lambda:InvokeFunction"), ("handler", "eks:DescribeCluster")]
+
+
+def _pod_identity_trusting(conditions: dict) -> dict:
+    t = autoscaler_template({"Ref": "Gpu"})
+    t["Resources"]["Role"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"] = conditions
+    return t
+
+
+THIS_CLUSTER = {"Fn::GetAtt": ["Cluster", "Arn"]}
+OTHER_CLUSTER = "arn:aws:eks:us-east-2:111122223333:cluster/other"
+
+
+@pytest.mark.parametrize(("conditions", "denials"), [
+    # EKS User Guide, Pod Identity: the agent assumes the role with aws:SourceAccount and aws:SourceArn (the cluster)
+    # and the session tags kubernetes-namespace / kubernetes-service-account of the pod's service account
+    ({"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}, "ArnEquals": {"aws:SourceArn": THIS_CLUSTER}}, 0),
+    ({"ArnEquals": {"aws:SourceArn": OTHER_CLUSTER}}, 2),
+    ({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "kube-system",
+                       "aws:RequestTag/kubernetes-service-account": "cluster-autoscaler"}}, 0),
+    ({"StringEquals": {"aws:RequestTag/kubernetes-namespace": "cluster-autoscaler"}}, 2),
+    ({"StringEquals": {"aws:RequestTag/eks-cluster-arn": THIS_CLUSTER, "aws:RequestTag/eks-cluster-name": "demo"}}, 0),
+])
+def test_a_trust_policy_is_judged_on_the_cluster_and_service_account_pod_identity_names(conditions, denials):
+    assert len(denied(_pod_identity_trusting(conditions), w.pod_identity_calls)) == denials
