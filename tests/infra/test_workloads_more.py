@@ -53,3 +53,12 @@ OTHER_CLUSTER = "arn:aws:eks:us-east-2:111122223333:cluster/other"
 ])
 def test_a_trust_policy_is_judged_on_the_cluster_and_service_account_pod_identity_names(conditions, denials):
     assert len(denied(_pod_identity_trusting(conditions), w.pod_identity_calls)) == denials
+
+
+@pytest.mark.parametrize(("image", "repository"), [
+    # a private ECR host is <account>.dkr.ecr.<region>.amazonaws.com: six dot-separated parts at least
+    ("111122223333.dkr.ecr.us-east-2.amazonaws.com/train:v1", "arn:aws:ecr:us-east-2:111122223333:repository/train"),
+    ("mirror.dkr.ecr.example/train:v1", None), ("mirror.dkr.ecr/train:v1", None),
+])
+def test_only_a_full_private_ecr_host_names_a_repository(image, repository):
+    assert w.ecr_repository_arn(image) == repository
