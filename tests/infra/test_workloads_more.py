@@ -1,5 +1,6 @@
 """Each workload's AWS calls (tools.seams.workloads), more cases on small templates: each call made as the role of
-the function that makes it, and Pod Identity's request context as a trust policy's conditions read it."""
+the function that makes it, Pod Identity's request context as a trust policy's conditions read it, and which
+policies and service accounts belong to whom."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from tests.infra.test_seams_workloads import autoscaler_template, denied
 from tools.seams import workloads as w
-from tools.seams.cfn import Resolver
+from tools.seams.cfn import Resolver, SeamError
 
 
 def _role(name: str) -> dict:
@@ -62,3 +63,32 @@ def test_a_trust_policy_is_judged_on_the_cluster_and_service_account_pod_identit
 ])
 def test_only_a_full_private_ecr_host_names_a_repository(image, repository):
     assert w.ecr_repository_arn(image) == repository
+
+
+def test_an_add_ons_service_account_is_in_the_add_ons_own_namespace():
+    # EKS User Guide, the CloudWatch observability add-on: its agent runs as amazon-cloudwatch/cloudwatch-agent.
+    t = {"Resources": {
+        "AgentRole": _role("agent"),
+        "Addon": {"Type": "AWS::EKS::Addon", "Properties": {
+            "AddonName": "amazon-cloudwatch-observability", "ClusterName": "demo", "PodIdentityAssociations": [
+                {"ServiceAccount": "cloudwatch-agent", "RoleArn": {"Fn::GetAtt": ["AgentRole", "Arn"]}}]}}}}
+    assert w.pod_identity_roles(Resolver(t)) == {("amazon-cloudwatch", "cloudwatch-agent"): "AgentRole"}
+
+
+def test_a_roles_policies_are_those_attached_to_it_only():
+    t = {"Resources": {
+        "Mine": _role("mine"), "Other": _role("other"),
+        "OtherPolicy": {"Type": "AWS::IAM::Policy", "Properties": {
+            "PolicyName": "other", "Roles": [{"Ref": "Other"}],
+            "PolicyDocument": {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}}}}}
+    r = Resolver(t)
+    assert w.role_policies(r, "Mine") == () and [p.name for p in w.role_policies(r, "Other")] == ["OtherPolicy"]
+
+
+def test_a_customer_managed_policy_stops_the_check():
+    # Its document is not in the template: judging the role without it could report a false denial.
+    t = {"Resources": {"Mine": {**_role("mine")}}}
+    t["Resources"]["Mine"]["Properties"]["ManagedPolicyArns"] = ["arn:aws:iam::111122223333:policy/mine"]
+    with pytest.raises(SeamError, match=r"Mine: customer managed policy arn:aws:iam::111122223333:policy/mine is not "
+                                        r"modelled"):
+        w.role_policies(Resolver(t), "Mine")
