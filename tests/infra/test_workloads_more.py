@@ -92,3 +92,21 @@ def test_a_customer_managed_policy_stops_the_check():
     with pytest.raises(SeamError, match=r"Mine: customer managed policy arn:aws:iam::111122223333:policy/mine is not "
                                         r"modelled"):
         w.role_policies(Resolver(t), "Mine")
+
+
+def test_each_node_assumes_pod_roles_through_the_agent_as_its_node_role():
+    # The Pod Identity agent on each node calls eks-auth:AssumeRoleForPodIdentity on the cluster as the node's role
+    # (EKS User Guide, Pod Identity: the node role needs it); no image, so no pull call.
+    t = {"Resources": {
+        "Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "demo"}}, "NodeRole": _role("node"),
+        "Nodes": {"Type": "AWS::EKS::Nodegroup", "Properties": {
+            "ClusterName": {"Ref": "Cluster"}, "NodeRole": {"Fn::GetAtt": ["NodeRole", "Arn"]}}}}}
+    r = Resolver(t, "us-east-2")
+    assert [(c.request.principal, c.request.action, c.request.resource) for c in w.node_calls(r, [])] == [
+        (w.role_arn(r, "NodeRole"), "eks-auth:AssumeRoleForPodIdentity", w.cluster_arn(r))]
+
+
+@pytest.mark.parametrize("value", [{"Fn::GetAtt": ["NodeRole", "Arn"]}, {"Fn::GetAtt": "NodeRole.Arn"}])
+def test_a_roles_arn_names_its_logical_id_in_either_getatt_form(value):
+    # CloudFormation's Fn::GetAtt takes [logicalId, attribute] or the short "logicalId.attribute".
+    assert w.logical_id_of_arn(value) == "NodeRole"
