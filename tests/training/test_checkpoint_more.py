@@ -95,3 +95,15 @@ def test_retiring_removes_a_partial_save_of_the_newest_committed_step_and_keeps_
     gone = ckpt.retire(str(run))
     assert gone == ([str(partial)] if removed else [])
     assert partial.exists() is not removed
+
+
+def test_each_commit_retires_the_runs_older_checkpoints_and_each_save_records_its_stall(tmp_path):
+    """Three saves through the run's Checkpoints: after the third commit only the newest KEEP (2) are left in the
+    run's folder, so storage does not grow a checkpoint per save; the summary gets one stall per save."""
+    run = tmp_path / "run"
+    saves = ckpt.Checkpoints(False, 0, 1, str(run), "a", print)
+    model, optimizer = _linear()
+    for step in (10, 20, 30):
+        saves.save(model, optimizer, step=step, data_position=step, wait=True)
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint_00000020_a", "checkpoint_00000030_a"]
+    assert len(saves.stalls) == 3
