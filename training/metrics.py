@@ -157,6 +157,18 @@ class Throughput:
         )
 
 
+def step_record(throughput: Throughput, step: int, steps: int, loss: float, lr: float, grad_norm: float, peak_mem: float,
+                data: dict[str, int], world: int, counted: bool) -> StepStats:
+    """The step's record from `data`, the counts summed over the `world` workers since the last record
+    (DataCounts.take): tokens/s, TFLOP/s and MFU per GPU count one GPU's share of the real tokens; with `counted`
+    data (not synthetic), the padding share and the truncated, unlearned and empty counts since the last record."""
+    stats = throughput.stats(step, steps, loss, lr, grad_norm, peak_mem, real_tokens_per_gpu=data["real_tokens"] / world)
+    if counted:
+        stats.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
+        stats.truncated, stats.unlearned, stats.empty_blocks = data["truncated"], data["unlearned"], data["empty_blocks"]
+    return stats
+
+
 class DataCounts:
     """What the training data really held, counted as micro-batches are drawn: tokens, tokens that
     were not padding, truncated chats, documents and blocks with nothing to learn. This worker's counts

@@ -19,7 +19,8 @@ from training.command_line import parse_args
 from training.config import SYNTHETIC_DATA, ConfigError, TrainConfig
 from training.driver import real_datasets, refuse_changed_resume, refuse_planner_autos, start_ray, write_run_summary
 from training.inputs import check_hub_positions, check_inputs
-from training.metrics import DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib
+from training.metrics import (DataCounts, Throughput, datasheet_peak_tflops, model_flops_per_token, peak_memory_gib,
+                              step_record)
 from training.storage import storage_uri
 from training.worker import (DATA_COUNTS_FILE, check_transport, export_model, data_position, log, prepare_training,
                              rank0_choice, read_data_counts, run_records, run_uri, sharding_mesh, train_batches)
@@ -139,12 +140,8 @@ def train_func(config: dict) -> dict:
             checkpoints.poll()
             recording, evaluating = step_output(step, cfg.steps, cfg.log_every, cfg.eval_every, validation is not None)
             if recording:
-                data = counts.take()
-                last = throughput.stats(step, cfg.steps, result.loss, lr, result.grad_norm, peak_memory_gib(device),
-                                        real_tokens_per_gpu=data["real_tokens"] / world)
-                if cfg.data not in SYNTHETIC_DATA:
-                    last.padding = 1 - data["real_tokens"] / max(data["tokens"], 1)
-                    last.truncated, last.unlearned, last.empty_blocks = data["truncated"], data["unlearned"], data["empty_blocks"]
+                last = step_record(throughput, step, cfg.steps, result.loss, lr, result.grad_norm, peak_memory_gib(device),
+                                   counts.take(), world, counted=cfg.data not in SYNTHETIC_DATA)
                 if evaluating:
                     with hang_watchdog.long_phase("evaluation"):
                         last.val_loss, _ = evaluate(model, validation, device)
