@@ -1,0 +1,75 @@
+"""cdk_constructs/training_workload.py case by case: the Ray pods' grant on the checkpoint bucket, as IAM evaluates
+it for the requests Ray Train's storage and boto3 make, and the bucket's lifecycle rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdk_constructs.training_workload import checkpoint_lifecycle_rules, grant_checkpoint_access
+from tools.seams.iam import Policy, Request, evaluate
+
+BUCKET_ARN = "arn:aws:s3:::ckpt-bucket"
+ROLE_ARN = "arn:aws:iam::123456789012:role/ray"
+
+
+def _resolve(value, arns: dict[str, str]):
+    """The two intrinsics CDK writes for a bucket's ARNs: Fn::GetAtt [bucket, Arn] and Fn::Join of it and '/*'."""
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return arns.get(value["Fn::GetAtt"][0], "arn:aws:unresolved")
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return separator.join(_resolve(p, arns) for p in parts)
+    if isinstance(value, list):
+        return [_resolve(v, arns) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def checkpoint_policy(template) -> list[Policy]:
+    """The policies of the default deployment's Ray pods' role (the role trusting the `ray` service account),
+    the checkpoint bucket's ARN resolved as CloudFormation does."""
+    resources = template.to_json()["Resources"]
+    arns = {name: BUCKET_ARN for name, r in resources.items() if r["Type"] == "AWS::S3::Bucket" and "Checkpoints" in name}
+    [role] = [name for name, r in resources.items() if r["Type"] == "AWS::IAM::Role"
+              and '"ray"' in json.dumps(r["Properties"]["AssumeRolePolicyDocument"])]
+    return [Policy(name, {"Statement": [{**s, "Resource": _resolve(s["Resource"], arns)}
+                                        for s in r["Properties"]["PolicyDocument"]["Statement"]]})
+            for name, r in resources.items() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]]
+
+
+# Service Authorization Reference, Amazon S3: ListBucket (ListObjectsV2, what Ray Train's storage checks and
+# resume call) and GetBucketLocation authorize on the bucket resource (arn:aws:s3:::bucket); the object actions
+# on an object (arn:aws:s3:::bucket/key). A bucket action granted on bucket/* never matches.
+@pytest.mark.parametrize("action,resource", [
+    ("s3:ListBucket", BUCKET_ARN),
+    ("s3:GetBucketLocation", BUCKET_ARN),
+    ("s3:GetObject", f"{BUCKET_ARN}/runs/run-1/checkpoint_000001/model.safetensors"),
+    ("s3:PutObject", f"{BUCKET_ARN}/runs/run-1/checkpoint_000001/model.safetensors"),
+    ("s3:DeleteObject", f"{BUCKET_ARN}/runs/run-1/checkpoint_000001/model.safetensors"),
+    ("s3:AbortMultipartUpload", f"{BUCKET_ARN}/runs/run-1/checkpoint_000001/model.safetensors"),
+    ("s3:ListMultipartUploadParts", f"{BUCKET_ARN}/runs/run-1/checkpoint_000001/model.safetensors"),
+])
+def test_the_ray_pods_may_make_each_storage_request_on_the_checkpoint_bucket(checkpoint_policy, action, resource):
+    assert evaluate(checkpoint_policy, Request(ROLE_ARN, action, resource, {})).allowed
+
+
+@pytest.mark.parametrize("action,resource", [
+    ("s3:ListBucket", "arn:aws:s3:::another-bucket"),
+    ("s3:GetObject", "arn:aws:s3:::another-bucket/runs/x"),
+    ("s3:PutObject", "arn:aws:s3:::ckpt-bucket-2/runs/x"),
+    ("s3:DeleteBucket", BUCKET_ARN),
+    ("s3:PutBucketPolicy", BUCKET_ARN),
+    ("s3:PutObjectAcl", f"{BUCKET_ARN}/runs/x"),
+])
+def test_the_ray_pods_may_do_nothing_else_and_nowhere_else(checkpoint_policy, action, resource):
+    assert not evaluate(checkpoint_policy, Request(ROLE_ARN, action, resource, {})).allowed
+
+
+@pytest.mark.parametrize("days", [1, 7, 30])
+def test_old_checkpoint_versions_expire_after_the_days_given_and_abandoned_uploads_after_one(days):
+    (rule,) = checkpoint_lifecycle_rules(days)
+    assert rule.noncurrent_version_expiration.to_days() == days
+    assert rule.abort_incomplete_multipart_upload_after.to_days() == 1
+    assert rule.expired_object_delete_marker is True
