@@ -73,3 +73,39 @@ def test_old_checkpoint_versions_expire_after_the_days_given_and_abandoned_uploa
     assert rule.noncurrent_version_expiration.to_days() == days
     assert rule.abort_incomplete_multipart_upload_after.to_days() == 1
     assert rule.expired_object_delete_marker is True
+
+
+def _job(**spec) -> dict:
+    container = {"name": "ray", "image": "rayproject/ray:2.58.0"}
+    cluster = {"rayVersion": "2.58.0", "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [container]}}},
+               "workerGroupSpecs": [{"groupName": "gpu", "minReplicas": 2, "maxReplicas": 2, "rayStartParams": {},
+                                     "template": {"spec": {"containers": [container]}}}]}
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "ft-run", "namespace": "training"},
+            "spec": {"entrypoint": "python -m training.train", "rayClusterSpec": cluster, **spec}}
+
+
+def _check(manifest: dict, gates: dict) -> None:
+    """TrainingWorkload's synth check on a manifest and the operator's gates, without a synthesis."""
+    from types import SimpleNamespace
+
+    from cdk_constructs.training_workload import TrainingWorkload
+
+    TrainingWorkload._check_with_kuberay(SimpleNamespace(ray_job_manifest=manifest),
+                                         SimpleNamespace(kuberay_feature_gates=gates))
+
+
+def test_synth_refuses_a_job_kuberay_would_refuse_naming_the_rule():
+    with pytest.raises(ValueError, match=r"^RayJob ft-run: activeDeadlineSeconds must be a positive integer, got 0 "
+                                         r"\[KubeRay v1.7 ValidateRayJobSpec\]$"):
+        _check(_job(activeDeadlineSeconds=0), {})
+
+
+@pytest.mark.parametrize("gate,refused", [(False, True), (True, False)])
+def test_the_operators_feature_gates_reach_the_synth_check(gate, refused):
+    # A deletion strategy is refused only with the RayJobDeletionPolicy gate off (validateDeletionConfiguration).
+    manifest = _job(deletionStrategy={"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteCluster"}})
+    if refused:
+        with pytest.raises(ValueError, match="deletionStrategy needs the RayJobDeletionPolicy feature gate"):
+            _check(manifest, {"RayJobDeletionPolicy": gate})
+    else:
+        _check(manifest, {"RayJobDeletionPolicy": gate})
