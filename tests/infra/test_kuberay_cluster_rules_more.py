@@ -169,3 +169,47 @@ def test_storage_options_belong_to_the_rocksdb_backend_only(storage, refused):
     assert rules(spec(gcsFaultToleranceOptions=options), rule="validateGcsFaultToleranceBackend") == (
         [("validateGcsFaultToleranceBackend", "gcsFaultToleranceOptions.storage applies to the rocksdb backend only")]
         if refused else [])
+
+
+# ValidateRayClusterSpec: `spec.<field> != nil && !features.Enabled(<gate>)`, each field with its own gate.
+@pytest.mark.parametrize("field_name,gate", [("historyServerOptions", "RayClusterHistoryServer"),
+                                             ("networkPolicy", "RayClusterNetworkPolicy"), ("tlsOptions", "RayClusterMTLS")])
+@pytest.mark.parametrize("value", [{}, {"enabled": True}])
+def test_each_gated_option_needs_its_own_gate_even_empty(field_name, gate, value):
+    cluster = spec(**{field_name: value})
+    assert rules(cluster) == [("ValidateRayClusterSpec", f"spec.{field_name} needs the {gate} feature gate")]
+    others_on = {g: True for g in ("RayClusterHistoryServer", "RayClusterNetworkPolicy", "RayClusterMTLS") if g != gate}
+    assert ray_cluster_spec(cluster, {}, {**FEATURE_GATE_DEFAULTS, **others_on}) == [
+        ("ValidateRayClusterSpec", f"spec.{field_name} needs the {gate} feature gate")]
+    assert ray_cluster_spec(cluster, {}, {**FEATURE_GATE_DEFAULTS, gate: True}) == []
+
+
+# IsGCSFaultToleranceEnabled: gcsFaultToleranceOptions != nil turns it on, {} included; then RAY_REDIS_ADDRESS
+# and REDIS_PASSWORD in the head conflict with the options, and without options RAY_REDIS_ADDRESS alone is refused.
+@pytest.mark.parametrize("options,expected", [
+    ({}, ["RAY_REDIS_ADDRESS in the head conflicts with gcsFaultToleranceOptions"]),
+    (None, ["RAY_REDIS_ADDRESS in the head enables GCS fault tolerance without gcsFaultToleranceOptions"]),
+])
+def test_empty_fault_tolerance_options_turn_fault_tolerance_on(options, expected):
+    fields = {} if options is None else {"gcsFaultToleranceOptions": options}
+    cluster = spec(head_env=[{"name": "RAY_REDIS_ADDRESS", "value": "redis:6379"}], **fields)
+    assert [m for _, m in rules(cluster)] == expected
+
+
+@pytest.mark.parametrize("value,refused", [("secret", True), ("", False)])
+def test_a_redis_password_in_ray_start_params_conflicts_with_fault_tolerance_options(value, refused):
+    cluster = spec(head={"rayStartParams": {"redis-password": value}}, gcsFaultToleranceOptions={})
+    assert rules(cluster) == (
+        [("ValidateRayClusterSpec", "redis-password in rayStartParams conflicts with gcsFaultToleranceOptions")] if refused else [])
+
+
+@pytest.mark.parametrize("mode,k8s_auth,secret,expected", [
+    ("token", True, "ray-token", ["authOptions.enableK8sTokenAuth and authOptions.secretName are both set"]),
+    ("token", False, "ray-token", []),
+    (None, True, None, ["authOptions.enableK8sTokenAuth needs authOptions.mode token"]),
+    ("disabled", True, None, ["authOptions.enableK8sTokenAuth needs authOptions.mode token"]),
+    ("disabled", False, "ray-token", []),
+])
+def test_kubernetes_token_auth_needs_token_mode_and_no_secret_name(mode, k8s_auth, secret, expected):
+    auth = {k: v for k, v in (("mode", mode), ("enableK8sTokenAuth", k8s_auth), ("secretName", secret)) if v is not None}
+    assert [m for _, m in rules(spec(authOptions=auth))] == expected
