@@ -213,3 +213,19 @@ def test_a_redis_password_in_ray_start_params_conflicts_with_fault_tolerance_opt
 def test_kubernetes_token_auth_needs_token_mode_and_no_secret_name(mode, k8s_auth, secret, expected):
     auth = {k: v for k, v in (("mode", mode), ("enableK8sTokenAuth", k8s_auth), ("secretName", secret)) if v is not None}
     assert [m for _, m in rules(spec(authOptions=auth))] == expected
+
+
+# validateGcsFaultToleranceBackend, rocksdb backend (behind its gate): redisAddress and externalStorageNamespace are
+# strings, refused when not empty; redisUsername and redisPassword are pointers to a credential object, refused
+# when present at all (`!= nil`), an empty object included.
+@pytest.mark.parametrize("field_name,value,refused", [
+    ("redisAddress", "redis:6379", True), ("redisAddress", "", False),
+    ("externalStorageNamespace", "ns", True), ("externalStorageNamespace", "", False),
+    ("redisUsername", {"value": "ray"}, True), ("redisUsername", {}, True),
+    ("redisPassword", {"value": "secret"}, True), ("redisPassword", {}, True),
+])
+def test_the_rocksdb_backend_refuses_each_redis_field_that_is_set(field_name, value, refused):
+    cluster = spec(gcsFaultToleranceOptions={"backend": "rocksdb", field_name: value})
+    found = ray_cluster_spec(cluster, {}, {**FEATURE_GATE_DEFAULTS, "GCSFaultToleranceEmbeddedStorage": True})
+    assert found == ([("validateGcsFaultToleranceBackend", f"{field_name} cannot be set with the rocksdb backend")]
+                     if refused else [])
