@@ -327,3 +327,9 @@ def test_a_rayjobs_name_is_a_dns1035_label_of_at_most_47_characters(name, refuse
     manifest = job()
     manifest["metadata"]["name"] = name
     assert rules(manifest) == refused
+
+
+def test_an_empty_submitter_template_is_used_as_given_not_replaced_by_the_default():
+    # common.GetSubmitterTemplate takes SubmitterPodTemplate whenever it is not nil: {} has no container for
+    # configureSubmitterContainer and restarts Always (the pod default), which the batch/v1 Job refuses.
+    assert rules(job(submitterPodTemplate={})) == ["getSubmitterTemplate", "createNewK8sJob"]
