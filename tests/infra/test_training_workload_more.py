@@ -109,3 +109,32 @@ def test_the_operators_feature_gates_reach_the_synth_check(gate, refused):
             _check(manifest, {"RayJobDeletionPolicy": gate})
     else:
         _check(manifest, {"RayJobDeletionPolicy": gate})
+
+
+def _checkpoint_bucket(template) -> tuple[str, dict]:
+    [(name, bucket)] = [(n, r) for n, r in template.to_json()["Resources"].items()
+                        if r["Type"] == "AWS::S3::Bucket" and "Checkpoints" in n]
+    return name, bucket
+
+
+def test_the_checkpoint_bucket_refuses_requests_over_plain_http(template):
+    # S3 User Guide, "Enforce encryption of data in transit": a bucket policy denying s3:* when
+    # aws:SecureTransport is false, on the bucket and its objects.
+    name, _ = _checkpoint_bucket(template)
+    [policy] = [r["Properties"]["PolicyDocument"] for r in template.to_json()["Resources"].values()
+                if r["Type"] == "AWS::S3::BucketPolicy" and r["Properties"]["Bucket"] == {"Ref": name}]
+    denies = [s for s in policy["Statement"] if s["Effect"] == "Deny"
+              and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}]
+    assert len(denies) == 1 and denies[0]["Action"] == "s3:*"
+    resources = _resolve(denies[0]["Resource"], {name: BUCKET_ARN})
+    assert sorted(resources) == [BUCKET_ARN, f"{BUCKET_ARN}/*"]
+
+
+def test_the_checkpoint_bucket_is_versioned_encrypted_and_private(template):
+    _, bucket = _checkpoint_bucket(template)
+    props = bucket["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert props["BucketEncryption"] == {"ServerSideEncryptionConfiguration": [
+        {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
+    assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                                       "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
