@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from cdk_constructs.training_workload import checkpoint_lifecycle_rules, grant_checkpoint_access
+from cdk_constructs.training_workload import checkpoint_lifecycle_rules
+from tests.conftest import CAPACITY_BLOCK, template_for
 from tools.seams.iam import Policy, Request, evaluate
 
 BUCKET_ARN = "arn:aws:s3:::ckpt-bucket"
@@ -26,10 +27,9 @@ def _resolve(value, arns: dict[str, str]):
     return value
 
 
-@pytest.fixture(scope="module")
-def checkpoint_policy(template) -> list[Policy]:
-    """The policies of the default deployment's Ray pods' role (the role trusting the `ray` service account),
-    the checkpoint bucket's ARN resolved as CloudFormation does."""
+def ray_role_policies(template) -> list[Policy]:
+    """The policies of a deployment's Ray pods' role (the role trusting the `ray` service account), the checkpoint
+    bucket's ARN resolved as CloudFormation does."""
     resources = template.to_json()["Resources"]
     arns = {name: BUCKET_ARN for name, r in resources.items() if r["Type"] == "AWS::S3::Bucket" and "Checkpoints" in name}
     [role] = [name for name, r in resources.items() if r["Type"] == "AWS::IAM::Role"
@@ -37,6 +37,11 @@ def checkpoint_policy(template) -> list[Policy]:
     return [Policy(name, {"Statement": [{**s, "Resource": _resolve(s["Resource"], arns)}
                                         for s in r["Properties"]["PolicyDocument"]["Statement"]]})
             for name, r in resources.items() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]]
+
+
+@pytest.fixture(scope="module")
+def checkpoint_policy(template) -> list[Policy]:
+    return ray_role_policies(template)
 
 
 # Service Authorization Reference, Amazon S3: ListBucket (ListObjectsV2, what Ray Train's storage checks and
@@ -138,3 +143,12 @@ def test_the_checkpoint_bucket_is_versioned_encrypted_and_private(template):
         {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
     assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
                                                        "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+
+
+def test_the_tracking_server_of_the_settings_reaches_the_ray_pods_grant():
+    # training.mlflow_tracking_uri (a SageMaker tracking server) is the resource of the pods' MLflow calls; the
+    # Capacity Block deployment's template is shared with the other files that check it.
+    server = CAPACITY_BLOCK["training.mlflow_tracking_uri"]
+    policies = ray_role_policies(template_for(**CAPACITY_BLOCK))
+    assert evaluate(policies, Request(ROLE_ARN, "sagemaker-mlflow:CreateRun", server, {})).allowed
+    assert not evaluate(policies, Request(ROLE_ARN, "sagemaker-mlflow:CreateRun", server + "-other", {})).allowed
