@@ -229,3 +229,12 @@ def test_the_rocksdb_backend_refuses_each_redis_field_that_is_set(field_name, va
     found = ray_cluster_spec(cluster, {}, {**FEATURE_GATE_DEFAULTS, "GCSFaultToleranceEmbeddedStorage": True})
     assert found == ([("validateGcsFaultToleranceBackend", f"{field_name} cannot be set with the rocksdb backend")]
                      if refused else [])
+
+
+@pytest.mark.parametrize("autoscaler,refused", [({"enableInTreeAutoscaling": True}, False), ({}, True)])
+def test_a_worker_group_may_leave_out_its_replica_bounds_only_with_the_autoscaler_on(autoscaler, refused):
+    cluster = spec(**autoscaler)
+    for bound in ("minReplicas", "maxReplicas"):
+        del cluster["workerGroupSpecs"][0][bound]
+    assert rules(cluster) == ([("ValidateRayClusterSpec", "worker group gpu must set minReplicas and maxReplicas when "
+                                                         "autoscaling is off")] if refused else [])

@@ -333,3 +333,15 @@ def test_an_empty_submitter_template_is_used_as_given_not_replaced_by_the_defaul
     # common.GetSubmitterTemplate takes SubmitterPodTemplate whenever it is not nil: {} has no container for
     # configureSubmitterContainer and restarts Always (the pod default), which the batch/v1 Job refuses.
     assert rules(job(submitterPodTemplate={})) == ["getSubmitterTemplate", "createNewK8sJob"]
+
+
+def test_a_job_with_both_its_own_cluster_and_a_selector_is_in_selector_mode_and_cannot_be_suspended():
+    # isClusterSelectorMode is len(ClusterSelector) != 0, whether or not rayClusterSpec is set too.
+    found = messages(job(suspend=True, clusterSelector={"ray.io/cluster": "shared"}))
+    assert "clusterSelector mode does not support suspend" in found
+
+
+def test_an_empty_cluster_spec_is_a_cluster_spec_checked_as_one():
+    # RayClusterSpec == nil is what "set one of" refuses; {} is a spec, and ValidateRayClusterSpec refuses it.
+    found = messages(job(rayClusterSpec={}))
+    assert "set one of rayClusterSpec or clusterSelector" not in found and "headGroupSpec has no container" in found
