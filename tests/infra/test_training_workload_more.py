@@ -152,3 +152,13 @@ def test_the_tracking_server_of_the_settings_reaches_the_ray_pods_grant():
     policies = ray_role_policies(template_for(**CAPACITY_BLOCK))
     assert evaluate(policies, Request(ROLE_ARN, "sagemaker-mlflow:CreateRun", server, {})).allowed
     assert not evaluate(policies, Request(ROLE_ARN, "sagemaker-mlflow:CreateRun", server + "-other", {})).allowed
+
+
+@pytest.mark.parametrize("account", ["default", "ray"])
+def test_neither_service_account_of_the_training_namespace_mounts_an_api_token(template, account):
+    # Ray reads nothing in the Kubernetes API; EKS Pod Identity mounts its own token whatever this says.
+    from tests.infra.test_cluster_software import manifests
+
+    [sa] = [m for m in manifests(template) if m["kind"] == "ServiceAccount" and m["metadata"]["name"] == account
+            and m["metadata"]["namespace"] == "training"]
+    assert sa["automountServiceAccountToken"] is False
