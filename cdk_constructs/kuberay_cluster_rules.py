@@ -118,7 +118,10 @@ def _fault_tolerance_backend(options: dict, gates: dict) -> list[tuple[str, str]
         return []
     if not gates["GCSFaultToleranceEmbeddedStorage"]:
         return [("validateGcsFaultToleranceBackend", "the rocksdb backend needs the GCSFaultToleranceEmbeddedStorage gate")]
-    redis_only = [k for k in ("redisAddress", "redisUsername", "redisPassword", "externalStorageNamespace") if options.get(k)]
+    # redisAddress and externalStorageNamespace are strings (set when not empty); redisUsername and redisPassword
+    # point to a credential object (set when present, an empty one included: validation.go checks != nil).
+    redis_only = [k for k in ("redisAddress", "redisUsername", "redisPassword", "externalStorageNamespace")
+                  if (options.get(k) is not None if k in ("redisUsername", "redisPassword") else options.get(k))]
     return [("validateGcsFaultToleranceBackend", f"{k} cannot be set with the rocksdb backend") for k in redis_only]
 
 
