@@ -88,3 +88,14 @@ def test_lora_cases_recompute_only_the_7b_model_at_the_h200_profile_and_cap_ever
 def test_the_full_suite_runs_the_l4_profile_at_world_size_2_and_at_every_gpu(gpus, l4_worlds):
     groups = [g for g in suites.plan("full", gpus) if g.name.startswith("l4-world")]
     assert [(g.name, g.world_size) for g in groups] == [(f"l4-world{w}", w) for w in l4_worlds]
+
+
+def test_the_80gb_fp8_suite_leaves_rowwise_out_and_times_every_other_fp8_lever_at_4_x_4096():
+    """At 4 x 4096 rowwise is profiled instead (benchmarks.kernel_profile); the h200-profile fp8 suite times it."""
+    levers = {suite: [(c.levers, c.train_config(suites.BENCH_MODEL).micro_batch)
+                      for c in {g.name: g for g in suites.plan(suite, gpus=2)}["main"].cases if c.levers]
+              for suite in ("fp8", "fp8-80gb")}
+    assert levers["fp8-80gb"] == [(("fp8-bf16-all-gather",), 4), (("fp8-kv",), 4), (("coordinate-descent",), 4),
+                                  (("max-autotune",), 4)]
+    assert levers["fp8"] == [(("fp8-bf16-all-gather",), 8), (("fp8-kv",), 8), (("coordinate-descent",), 8),
+                             (("max-autotune",), 8), (("fp8-rowwise",), 8)]
