@@ -20,9 +20,10 @@ def small_corpus(root):
 
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory):
-    """One run (tiny model, one warm step, two steps of bf16 and of fp8 in order 2) over a small corpus, recording in
+    """One run (tiny model, two held-out micro-batches, one warm step, two steps of bf16 and of fp8 in order 2) over a small corpus, recording in
     call order: each stream order_batches is asked for ("orders": training or held out, data order), each model built
-    ("built": its precision), each checkpoint saved and loaded, and each step's learning rate."""
+    ("built": its precision), each checkpoint saved and loaded, each step's learning rate and each evaluation's
+    number of micro-batches."""
     import training.checkpoint
     import training.model
     import training.step
@@ -30,8 +31,8 @@ def phases(tmp_path_factory):
     root = small_corpus(tmp_path_factory.mktemp("corpus"))
     real_corpus, real_order_batches = parity.corpus, parity.order_batches
     real_build, real_save, real_load = training.model.build_model, training.checkpoint.save, training.checkpoint.load
-    real_step = training.step.train_step
-    streams, seen = {}, {"orders": [], "built": [], "saved": [], "loaded": [], "lr": []}
+    real_step, real_evaluate = training.step.train_step, training.step.evaluate
+    streams, seen = {}, {"orders": [], "built": [], "saved": [], "loaded": [], "lr": [], "evaluated": []}
 
     def corpus(_root, validation):
         streams[validation] = real_corpus(root, validation)
@@ -57,6 +58,10 @@ def phases(tmp_path_factory):
         seen["lr"].append(lr)
         return real_step(model, optimizer, batches, grad_accum, grad_clip, lr, *args, **kwargs)
 
+    def evaluate(model, held, device):
+        seen["evaluated"].append(len(held))
+        return real_evaluate(model, held, device)
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -67,11 +72,12 @@ def phases(tmp_path_factory):
         patch.setattr(training.checkpoint, "save", save)
         patch.setattr(training.checkpoint, "load", load)
         patch.setattr(training.step, "train_step", train_step)
+        patch.setattr(training.step, "evaluate", evaluate)
         for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port)), ("RANK", "0"),
                             ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
             patch.setenv(name, value)
         args = argparse.Namespace(out=str(tmp_path_factory.mktemp("out")), model="tiny", warm_steps=1, steps=2,
-                                  seq_len=32, micro_batch=2, eval_batches=1, cpu=True,
+                                  seq_len=32, micro_batch=2, eval_batches=2, cpu=True,
                                   branches=[("bf16, order 2", "bf16", 2), ("fp8, order 2", "fp8", 2)],
                                   tolerance_from=None, plot=None)
         seen["results"] = parity.run(args)
@@ -87,6 +93,10 @@ def test_the_warm_start_trains_in_data_order_0_which_no_branch_takes(phases):
 
 def test_the_validation_is_read_once_from_the_held_out_files_in_order_0(phases):
     assert [call for call in phases["orders"] if call[0] == "held out"] == [("held out", 0)]
+
+
+def test_the_warm_start_and_every_branch_are_evaluated_on_all_eval_batches(phases):
+    assert phases["evaluated"] == [2, 2, 2]
 
 
 def test_the_warm_start_is_bf16_and_each_branch_is_built_in_its_own_precision(phases):
