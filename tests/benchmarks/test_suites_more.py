@@ -99,3 +99,17 @@ def test_the_80gb_fp8_suite_leaves_rowwise_out_and_times_every_other_fp8_lever_a
                                   (("max-autotune",), 4)]
     assert levers["fp8"] == [(("fp8-bf16-all-gather",), 8), (("fp8-kv",), 8), (("coordinate-descent",), 8),
                              (("max-autotune",), 8), (("fp8-rowwise",), 8)]
+
+
+def test_the_mfu_suites_l4_step_group_runs_every_case_at_the_l4_profile():
+    [group] = [g for g in suites.plan("mfu", gpus=2) if g.name == "l4-step"]
+    assert [(c.profile, c.levers, c.train_config(suites.BENCH_MODEL).grad_accum) for c in group.cases] == [
+        ("l4", (), 4), ("l4", ("read-after-update", "transformers-masks"), 4), ("l4", ("no-automatic-gc",), 4)]
+
+
+def test_the_one_gpu_accumulation_group_measures_the_peak_and_times_each_accumulation_and_recomputation():
+    [group] = suites.plan("accumulation", gpus=1)
+    assert (group.world_size, group.measure_matmul) == (1, True)
+    shapes = [(c.train_config(suites.BENCH_MODEL).micro_batch, c.train_config(suites.BENCH_MODEL).grad_accum,
+               c.train_config(suites.BENCH_MODEL).activation_checkpointing) for c in group.cases]
+    assert shapes == [(1, 1, "full"), (1, 4, "full"), (1, 16, "full"), (4, 1, "none"), (4, 1, "selective"), (4, 1, "full")]
