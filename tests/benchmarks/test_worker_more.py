@@ -164,3 +164,36 @@ def test_a_cases_validation_loss_is_taken_on_the_validation_seeds_stream_of_this
     assert len(held) == 3 and all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(held, want))
     training_stream = next(synthetic_batches("pattern", cfg.seed, 64, 16, 2, 1, 2))
     assert not torch.equal(held[0]["input_ids"], training_stream["input_ids"])
+
+
+@pytest.fixture
+def timed(monkeypatch):
+    """run_case with a stand-in model and step: records how many steps it times and what it validates on."""
+    seen = {}
+
+    def time_steps(step, warmup, steps, device):
+        seen["steps"] = steps
+        return {"step_time_s": 0.5, "losses": [1.0]}
+
+    monkeypatch.setattr(worker, "_trainer_step", lambda *args, **kwargs: ("model", None, lambda i: 1.0))
+    monkeypatch.setattr(worker, "time_steps", time_steps)
+    monkeypatch.setattr(worker, "_validation_loss", lambda model, cfg, device, rank, world, batches:
+                        seen.setdefault("validated", (model, batches)) and 2.5)
+    return seen
+
+
+@pytest.mark.parametrize("data, timed_steps", [("pattern", 60), ("random", 3)])
+def test_a_loss_curve_case_runs_its_own_steps_and_a_speed_case_the_runs(timed, data, timed_steps):
+    """Pattern data (the loss-curve cases of the layouts and accumulation suites) runs the case's 60 steps; a speed
+    case on random tokens the run's --steps (3 here)."""
+    case = Case("c", profile="l4", overrides={"data": data, "steps": 60, "warmup_steps": 5})
+    result = worker.run_case(case, case.train_config("tiny"), torch.device("cpu"), 0, 1, None, 1, 3)
+    assert "error" not in result and timed["steps"] == timed_steps
+
+
+@pytest.mark.parametrize("batches", [0, 8])
+def test_a_case_is_validated_only_when_it_asks_for_held_out_batches(timed, batches):
+    case = Case("c", profile="l4", evaluate_batches=batches)
+    result = worker.run_case(case, case.train_config("tiny"), torch.device("cpu"), 0, 1, None, 1, 3)
+    assert result.get("val_loss") == (2.5 if batches else None)
+    assert timed.get("validated") == (("model", 8) if batches else None)
