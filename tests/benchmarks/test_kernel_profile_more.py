@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks import levers, worker
-from benchmarks.kernel_profile import Shape, profile_shape
+from benchmarks.kernel_profile import STEP_LABEL, Shape, profile_shape, shares, split_trace
 
 
 class Built(Exception):
@@ -62,3 +62,27 @@ def test_rank_0s_profile_names_the_shapes_settings_world_and_tokens(stepped, tmp
                                "compile": True, "reshard_after_forward": True, "precision": "bf16"}
     assert (row["world_size"], row["tokens_per_step"], row["step_s"], row["steps_timed"]) == (4, 4096, 0.25, 1)
     assert list(tmp_path.iterdir()) == []  # the trace is removed once split
+
+
+def test_a_single_step_keeps_every_kernel_even_one_launched_before_its_span_opened():
+    """One step span (100-400 us): a copy launched at 50 us (before the span) runs 120-160 us, a GEMM launched at
+    150 us runs 200-300 us. One step is split whole: 2 kernels, 140 us busy, idle 20 us before the first, 40 us
+    between, 100 us after the last. (Only of two steps back to back is the earlier step's work left out.)"""
+    def launched(name, correlation, at, start, duration):
+        return [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 1,
+                 "args": {"correlation": correlation}},
+                {"ph": "X", "cat": "kernel", "name": name, "ts": start, "dur": duration, "args": {"correlation": correlation}}]
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 100, "dur": 300},
+              *launched("Memcpy HtoD", 1, 50, 120, 40), *launched("gemm", 2, 150, 200, 100)]
+    split = split_trace(events)
+    assert split["kernels"] == 2 and split["busy_s"] == pytest.approx(140e-6)
+    assert (split["idle_before_first_kernel_s"], split["idle_between_kernels_s"], split["idle_after_last_kernel_s"]) == \
+        pytest.approx((20e-6, 40e-6, 100e-6))
+
+
+def test_kernels_that_overrun_the_wall_time_leave_no_negative_idle_share():
+    """800 us of matmul and 400 us of memory kernels, none overlapping (busy 1,200 us), in a 1,000 us step (the
+    wall time from the host's clock can fall short of the traced kernels): shares 80% and 40%, idle 0, not -20%."""
+    split = {"kernel_s": {"matmul": 800e-6, "memory": 400e-6, "communication": 0.0}, "busy_s": 1200e-6}
+    assert shares(split, 1000e-6) == pytest.approx({"matmul": 0.8, "memory": 0.4, "communication": 0.0, "idle": 0.0})
