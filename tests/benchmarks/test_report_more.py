@@ -44,12 +44,13 @@ def test_no_bf16_reduction_comparison_without_both_curves_or_with_an_error():
 
 
 def test_an_accumulation_case_reports_its_last_quarter_and_validation_loss(tmp_path):
-    """Eight steps 8 7 6 5 4 3 2 1: the last quarter (2, 1) means 1.5. Cases of other groups or with errors: no line."""
-    rows = [row("x", "accumulation-loss", losses=[8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0], val_loss=1.25),
+    """Twelve steps 12 .. 1: the last quarter (3, 2, 1) means 2.0 (a third would be 2.5). Cases of other groups or
+    with errors: no line."""
+    rows = [row("x", "accumulation-loss", losses=[float(k) for k in range(12, 0, -1)], val_loss=1.25),
             row("y", "accumulation-loss", losses=[1.0] * 8, error="out of memory"),
             row("z", "main", losses=[1.0] * 8)]
     assert report.accumulation_comparison(rows, tmp_path) == [
-        "x: loss 8.0000 -> 1.0000, mean of the last 2 steps 1.5000, validation loss 1.2500"]
+        "x: loss 12.0000 -> 1.0000, mean of the last 3 steps 2.0000, validation loss 1.2500"]
 
 
 def test_the_report_lists_the_cases_in_the_plans_order_not_the_files(tmp_path):
