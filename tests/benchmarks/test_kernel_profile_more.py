@@ -86,3 +86,12 @@ def test_kernels_that_overrun_the_wall_time_leave_no_negative_idle_share():
     wall time from the host's clock can fall short of the traced kernels): shares 80% and 40%, idle 0, not -20%."""
     split = {"kernel_s": {"matmul": 800e-6, "memory": 400e-6, "communication": 0.0}, "busy_s": 1200e-6}
     assert shares(split, 1000e-6) == pytest.approx({"matmul": 0.8, "memory": 0.4, "communication": 0.0, "idle": 0.0})
+
+
+def test_the_idle_time_after_the_last_kernel_counts_from_the_kernel_that_ended_last():
+    """One step 0-500 us: a GEMM runs 100-400 us and, on another stream, a copy starts later (150 us) and ends
+    first (200 us). The GPU idles from 400 us, the last end, not from the last kernel to start: 100 us."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": STEP_LABEL, "ts": 0, "dur": 500},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 100, "dur": 300},
+              {"ph": "X", "cat": "kernel", "name": "copy", "ts": 150, "dur": 50}]
+    assert split_trace(events)["idle_after_last_kernel_s"] == pytest.approx(100e-6)
