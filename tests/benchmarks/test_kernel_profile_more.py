@@ -9,6 +9,8 @@ import torch
 
 from benchmarks import levers, worker
 from benchmarks.kernel_profile import STEP_LABEL, Shape, profile_shape, shares, split_trace
+from benchmarks.suites import Case
+from training.metrics import model_flops_per_token
 
 
 class Built(Exception):
@@ -61,6 +63,10 @@ def test_rank_0s_profile_names_the_shapes_settings_world_and_tokens(stepped, tmp
     assert row["settings"] == {"seq_len": 2048, "micro_batch": 1, "grad_accum": 2, "activation_checkpointing": "full",
                                "compile": True, "reshard_after_forward": True, "precision": "bf16"}
     assert (row["world_size"], row["tokens_per_step"], row["step_s"], row["steps_timed"]) == (4, 4096, 0.25, 1)
+    # FLOPs per token at the shape's 2,048-token sequences (attention's share grows with the sequence length).
+    cfg = Case("s", profile="l4", overrides={"grad_accum": 2}).train_config("tiny")
+    assert row["flops_per_token"] == model_flops_per_token(worker._meta_model(cfg), 2048)
+    assert row["flops_per_token"] != model_flops_per_token(worker._meta_model(cfg), 1)
     assert list(tmp_path.iterdir()) == []  # the trace is removed once split
 
 
