@@ -66,3 +66,10 @@ def test_the_report_lists_the_cases_in_the_plans_order_not_the_files(tmp_path):
     lines = [line for line in table.splitlines() if line.startswith("| first") or line.startswith("| second")]
     assert [line.split(" | ")[0] for line in lines] == ["| first", "| second"]
     assert [r["name"] for r in json.loads((tmp_path / "results.json").read_text())["cases"]] == ["first", "second"]
+
+
+@pytest.mark.parametrize("grad_accum, shape", [(1, "1 x 2048"), (4, "1 x 2048 x 4 accum")])
+def test_the_tables_shape_column_names_the_micro_batches_a_step_accumulates(grad_accum, shape):
+    settings = {"micro_batch": 1, "seq_len": 2048, "grad_accum": grad_accum}
+    summarized = report.summarize(row("l4", settings=settings, tokens_per_step_per_gpu=2048 * grad_accum), None, None)
+    assert report.format_table([summarized]).splitlines()[2].startswith(f"| l4 | 2 | {shape} | ")
