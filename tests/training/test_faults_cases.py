@@ -137,3 +137,16 @@ def test_the_row_log_records_each_steps_own_rows(tmp_path, monkeypatch):
 def test_a_rows_identity_is_its_token_ids_whatever_their_dtype():
     assert row_id(torch.tensor([5, 6], dtype=torch.int32)) == row_id(torch.tensor([5, 6], dtype=torch.int64))
     assert row_id(torch.tensor([5, 6])) != row_id(torch.tensor([6, 5]))
+
+
+@pytest.mark.parametrize("spec, step, fires", [
+    ("kill@12", 1, False),  # a step is a whole item: kill@12 is not kill@1
+    ("kill@12", 12, True),
+    ("kill@3,kill@12", 1, False),
+    ("kill@3,kill@12", 12, True),
+    ("other-run=kill@1;run=kill@12", 1, False),  # another run's fault is not this run's
+    ("other-run=kill@1;run=kill@12", 12, True),
+])
+def test_a_fault_is_armed_only_at_a_step_its_spec_names_in_full(run, monkeypatch, spec, step, fires):
+    monkeypatch.setenv(FAULTS_ENV, spec)
+    assert faults.armed("kill", step, run) is fires
