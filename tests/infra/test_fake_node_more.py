@@ -3,6 +3,8 @@ allows is exactly the moved folders and /dev/null."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tools.seams import fake_node
@@ -47,3 +49,17 @@ def test_the_file_tools_a_drop_in_script_uses_all_work_in_either_mode(tmp_path, 
     written = tmp_path / folder.lstrip("/")
     assert sorted(p.name for p in written.iterdir()) == ["a.conf", "b.conf", "c.conf", "d.conf", "e.conf"]
     assert (written / "b.conf").read_text() == "[Unit]\n"
+
+
+@pytest.mark.skipif(not fake_node.namespaces_work(), reason="no user namespaces")
+def test_the_chroot_sees_this_machines_usr_read_only(tmp_path):
+    """A path relative to HOME gets past the token scan; the chroot's /usr is this machine's, bound read-only, so
+    a write there fails with EROFS (not EACCES: that would say only that this run is not root)."""
+    probe = "/usr/.fake-node-write-probe"
+    script = "#!/bin/bash\ncd\necho x > usr/.fake-node-write-probe\n"  # HOME is the chroot's /
+    assert fake_node.refused_token(script) == ""
+    try:
+        outcome = fake_node.run(tmp_path, script, chroot=True)
+        assert outcome.exit_code != 0 and "Read-only file system" in outcome.stderr
+    finally:
+        Path(probe).unlink(missing_ok=True)
