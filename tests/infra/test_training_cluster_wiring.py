@@ -120,3 +120,28 @@ def test_the_autoscaler_finds_this_clusters_groups_in_its_region_and_waits_its_d
     assert values["autoDiscovery"]["clusterName"] == "OtherName"
     assert values["extraArgs"]["scale-down-unneeded-time"] == "7m"
 
+
+
+def test_the_gpu_nodes_and_their_price_are_in_the_gpu_zone_not_the_first_zone(changed):
+    """gpu_availability_zone auto resolves to us-west-2c (the first cached zone the VPC has); the VPC's first zone is
+    us-west-2a, whose spot price is 2.0311, not 1.7124."""
+    group = gpu_nodegroup(changed)
+    [subnet] = group["Subnets"]
+    assert changed.to_json()["Resources"][subnet["Ref"]]["Properties"]["AvailabilityZone"] == "us-west-2c"
+    [metadata] = [r["Metadata"] for r in resources_of(changed, "AWS::EKS::Nodegroup").values()
+                  if r["Properties"]["AmiType"] == "AL2023_x86_64_NVIDIA"]
+    assert metadata["eks-fsdp-efa:price"]["usd_per_hour"] == 1.7124
+
+
+@pytest.mark.parametrize("group", [system_nodegroup, gpu_nodegroup])
+def test_both_node_roles_may_fill_the_pull_through_cache(changed, group):
+    """The kubelet pulls with its node's role (ECR's credential provider); the first pull of an image creates the
+    cache's repository and imports it. The Ray head runs on a system node, the workers on GPU nodes: both pull."""
+    role = group(changed)["NodeRole"]["Fn::GetAtt"][0]
+    actions = set()
+    for policy in resources_of(changed, "AWS::IAM::Policy").values():
+        if {"Ref": role} in policy["Properties"]["Roles"]:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                found = statement["Action"]
+                actions |= set([found] if isinstance(found, str) else found)
+    assert {"ecr:BatchImportUpstreamImage", "ecr:CreateRepository"} <= actions
