@@ -86,3 +86,33 @@ def test_the_zones_check_gets_the_probe_flag_the_context_and_refresh(calls):
     [(args, kwargs)] = calls["check_zones"]
     assert args == ("ec2@eu-west-1", s, cache, True)
     assert kwargs == {"context": context, "refresh": True}
+
+
+class Identified:
+    def client(self, service, region_name=None):
+        class Sts:
+            def get_caller_identity(self):
+                return {"Account": "123456789012"}
+        return Sts()
+
+
+@pytest.mark.parametrize("flags, probe, refresh", [([], False, False), (["--probe"], True, False),
+                                                   (["--refresh"], False, True)])
+def test_main_hands_run_checks_auto_unresolved_and_its_probe_and_refresh_flags(monkeypatch, tmp_path, flags, probe,
+                                                                               refresh):
+    """A first deploy has no cdk.context.json: preflight is what looks auto's zone up, so it must get auto as it is
+    (not a refusal); the context it reads is the file beside cdk.json."""
+    import json
+    import shutil
+
+    shutil.copy(ROOT / "cdk.json", tmp_path / "cdk.json")
+    monkeypatch.setattr("boto3.Session", Identified)
+    seen = []
+    monkeypatch.setattr(preflight, "run_checks", lambda *args: seen.append(args) or [Check("stub", PASS, "ok")])
+    assert preflight.main(["--cdk-json", str(tmp_path / "cdk.json"), "-c", "gpu_availability_zone=auto", *flags]) == 0
+    [(_, s, got_probe, cache, context, got_refresh)] = seen
+    assert (s.gpu_availability_zone, got_probe, got_refresh, context) == ("auto", probe, refresh, {})
+    held = {capacity_checks.gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type): {"zones": ["us-east-2b"]}}
+    (tmp_path / "cdk.context.json").write_text(json.dumps(held))
+    preflight.main(["--cdk-json", str(tmp_path / "cdk.json"), "-c", "gpu_availability_zone=auto", *flags])
+    assert seen[-1][4] == held
