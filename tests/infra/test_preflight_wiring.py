@@ -112,7 +112,8 @@ def test_main_hands_run_checks_auto_unresolved_and_its_probe_and_refresh_flags(m
     assert preflight.main(["--cdk-json", str(tmp_path / "cdk.json"), "-c", "gpu_availability_zone=auto", *flags]) == 0
     [(_, s, got_probe, cache, context, got_refresh)] = seen
     assert (s.gpu_availability_zone, got_probe, got_refresh, context) == ("auto", probe, refresh, {})
-    held = {capacity_checks.gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type): {"zones": ["us-east-2b"]}}
+    key = capacity_checks.gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type)
+    held = {key: {"zones": ["us-east-2b"]}}
     (tmp_path / "cdk.context.json").write_text(json.dumps(held))
     preflight.main(["--cdk-json", str(tmp_path / "cdk.json"), "-c", "gpu_availability_zone=auto", *flags])
     assert seen[-1][4] == held
