@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -40,3 +41,27 @@ def test_the_fp8_line_shards_the_weights_over_a_nodes_gpus_under_hybrid_sharding
 def test_no_rayjob_plan_gives_no_fp8_line(monkeypatch):
     monkeypatch.setattr(review, "_job_plan", lambda template: None)
     assert review.training_fp8_line({}) is None
+
+
+def rayjob_template(entrypoint: str) -> dict:
+    job = {"kind": "RayJob", "metadata": {"name": "job"}, "spec": {"entrypoint": entrypoint}}
+    return {"Resources": {"Job": {"Type": "Custom::AWSCDK-EKS-KubernetesResource",
+                                  "Properties": {"Manifest": json.dumps([job])}}}}
+
+
+@pytest.mark.parametrize("flag, gathered", [([], False), (["--no-reshard-after-forward"], True)])
+def test_the_plan_is_estimated_on_the_jobs_nodes_and_layout(monkeypatch, flag, gathered):
+    """8 workers on g6.12xlarge (4 GPUs each) are 2 nodes; the layout keeps the weights gathered only where the job
+    does not reshard after forward."""
+    import planning.auto
+    import planning.timing
+
+    monkeypatch.setattr(planning.auto, "model_of", lambda cfg, context, needed: "model")
+    seen = []
+    monkeypatch.setattr(planning.timing, "estimate", lambda *args: seen.append(args) or "estimate")
+    found = review._job_plan(rayjob_template(
+        "python -m training.train --instance-type g6.12xlarge --workers 8 --sharding hybrid " + " ".join(flag)))
+    assert found is not None
+    [(model, work, cluster, layout)] = seen
+    assert (cluster.nodes, cluster.gpus_per_node) == (2, 4)
+    assert (layout.sharding, layout.keep_gathered) == ("hybrid", gathered)
