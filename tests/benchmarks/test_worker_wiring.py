@@ -75,3 +75,34 @@ def test_links_gather_in_bf16_and_reduce_in_fp32_for_each_unit(links):
                                      for unit in ("layer", "root"))
     per_unit = [("all_gather", torch.bfloat16)] * 4 + [("reduce_scatter", torch.float32)] * 4 + [("all_reduce", torch.float32)] * 4
     assert calls == per_unit * 2
+
+
+def test_a_worker_runs_each_case_on_its_own_model_with_the_groups_layout_and_one_base_per_model(monkeypatch, tmp_path):
+    """A case naming a model runs that model, else --model; each gets the run's warm-up and steps and the group's
+    GPUs per node; one random init per model, without adapters even when a LoRA case comes first, adapters added on top of it for a LoRA case only."""
+    import json as json_module
+
+    import training.model
+
+    monkeypatch.setattr(dist, "init_process_group", lambda backend: None)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: None)
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    bases, ran = [], []
+    monkeypatch.setattr(training.model, "model_config", lambda cfg: cfg.model)
+    monkeypatch.setattr(training.model, "full_state_dict_on_rank0",
+                        lambda cfg, config: bases.append((cfg.model, cfg.lora_rank)) or {"base": cfg.model})
+    monkeypatch.setattr(training.model, "with_adapters", lambda state, cfg, config: {**state, "lora": cfg.lora_rank})
+    monkeypatch.setattr(worker, "run_case", lambda case, cfg, device, rank, world, full_state, warmup, steps, per_node:
+                        ran.append((case.name, cfg.model, full_state, warmup, steps, per_node)) or {"name": case.name})
+    spec = {"name": "g", "env": {}, "measure_matmul": True, "measure_links": True, "gpus_per_node": 1, "cases": [
+        {"name": "b", "overrides": {"lora_rank": 4}}, {"name": "a"}, {"name": "c", "model": "tiny"}]}
+    (tmp_path / "spec.json").write_text(json_module.dumps(spec))
+    worker.worker(str(tmp_path / "spec.json"), str(tmp_path / "out"), "qwen2.5-1.5b", 2, 5)
+    assert bases == [("qwen2.5-1.5b", 0), ("tiny", 0)]
+    assert ran == [("b", "qwen2.5-1.5b", {"base": "qwen2.5-1.5b", "lora": 4}, 2, 5, 1),
+                   ("a", "qwen2.5-1.5b", {"base": "qwen2.5-1.5b"}, 2, 5, 1),
+                   ("c", "tiny", {"base": "tiny"}, 2, 5, 1)]
+    written = json_module.loads((tmp_path / "out" / "results" / "g-b.json").read_text())
+    assert (written["group"], written["world_size"]) == ("g", 2)
