@@ -107,3 +107,31 @@ def test_each_commit_retires_the_runs_older_checkpoints_and_each_save_records_it
         saves.save(model, optimizer, step=step, data_position=step, wait=True)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint_00000020_a", "checkpoint_00000030_a"]
     assert len(saves.stalls) == 3
+
+
+class _RecordingSaver:
+    """AsyncSaver's surface: a background write still pending; records the order of finish() and start()."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.pending = object()  # the previous checkpoint's write, not finished
+
+    def finish(self):
+        self.calls.append("finish")
+        self.pending = None
+
+    def start(self, *args):
+        self.calls.append("start")
+        written: Future = Future()
+        written.set_result(None)
+        return type("Started", (), {"future": written})()
+
+
+def test_a_background_save_finishes_the_previous_background_write_before_it_starts(tmp_path):
+    """DCP writes one checkpoint at a time (AsyncSaver.start asserts it): a periodic, unwaited save that comes while
+    the last one is still writing waits for that write first, as a waited save does."""
+    saves = ckpt.Checkpoints(False, 1, 2, str(tmp_path / "run"), "a", print, upload=lambda local, uri: None)
+    saves.saver = _RecordingSaver()  # a real AsyncSaver needs a process group for its gloo writes
+    model, optimizer = _linear()
+    saves.save(model, optimizer, 4, 0, wait=False)
+    assert saves.saver.calls == ["finish", "start"]

@@ -68,13 +68,15 @@ def test_no_request_no_vote(tmp_path):
     assert StopRequest(tmp_path).vote() == (0.0, 0.0)
 
 
-def _signalled(kills: int, running: bool = True) -> subprocess.CompletedProcess:
-    """A process that installs the handler and sends itself SIGTERM `kills` times, then reports the flag."""
+def _signalled(kills: int, running: tuple[bool, ...] = (True,)) -> subprocess.CompletedProcess:
+    """A process that installs the handler, sets loop_running to each of `running` in turn and sends itself SIGTERM
+    `kills` times, then reports the flag."""
     code = textwrap.dedent(f"""
         import os, signal, time
         from training import preemption
         assert preemption.install_sigterm_handler()
-        preemption.loop_running({running})
+        for state in {running}:
+            preemption.loop_running(state)
         for _ in range({kills}):
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(0.2)
@@ -97,9 +99,10 @@ def test_a_second_sigterm_does_what_the_first_would_have_done():
     assert done.returncode == -15
 
 
-def test_sigterm_outside_the_loop_ends_the_process_at_once():
+@pytest.mark.parametrize("running", [(False,), (True, False)], ids=["before the loop", "after the loop"])
+def test_sigterm_outside_the_loop_ends_the_process_at_once(running):
     """Ray retires a worker whose loop ended with SIGTERM: it must go, not wait for a save nobody will make."""
-    done = _signalled(1, running=False)
+    done = _signalled(1, running=running)
     assert done.returncode == -15 and "SIGTERM received" not in done.stdout
 
 

@@ -40,3 +40,14 @@ def test_the_furthest_item_of_a_shard_file_sets_the_size_it_needs(tmp_path):
         MetadataIndex("a"): _StorageInfo("__0_0.distcp", 10, 30), MetadataIndex("b"): _StorageInfo("__0_0.distcp", 0, 10)})))
     (tmp_path / "__0_0.distcp").write_bytes(bytes(39))
     assert missing_files(pyarrow.fs.LocalFileSystem(), str(tmp_path)) == "__0_0.distcp holds 39 of 40 bytes"
+
+
+@pytest.mark.parametrize("train_state", [b'{"step": 7, "wor', b'{"world": 2}', b'[7]', b'{"step": "seven"}'])
+def test_a_train_state_cut_short_or_malformed_is_an_unreadable_checkpoint_not_a_traceback(tmp_path, train_state):
+    """json.loads raises ValueError (JSONDecodeError) on a file cut short, KeyError without a step, TypeError on a
+    list, ValueError on a step that is no number: each is a checkpoint passed over, the resume goes on."""
+    from training.storage import TRAIN_STATE, checkpoint_status
+
+    (tmp_path / TRAIN_STATE).write_bytes(train_state)
+    assert checkpoint_status(pyarrow.fs.LocalFileSystem(), str(tmp_path)) == (
+        False, f"{TRAIN_STATE} unreadable (cut short)", None)
