@@ -102,3 +102,14 @@ def test_no_automatic_gc_disables_collection_inside_and_reenables_it_after():
     with LEVERS["no-automatic-gc"]():
         assert not gc.isenabled()
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_cudnn_attention_puts_cudnn_first_in_sdpas_priority_order_inside_only():
+    """sdpa_kernel alone only limits the backends SDPA may pick, in its default order (flash first); set_priority
+    makes the list an order. The order is what PyTorch itself holds (torch._C._get_sdp_priority_order)."""
+    from torch.nn.attention import SDPBackend
+
+    before = torch._C._get_sdp_priority_order()
+    with LEVERS["cudnn-attention"]():
+        assert torch._C._get_sdp_priority_order()[0] == int(SDPBackend.CUDNN_ATTENTION)
+    assert torch._C._get_sdp_priority_order() == before

@@ -145,3 +145,12 @@ def test_both_node_roles_may_fill_the_pull_through_cache(changed, group):
                 found = statement["Action"]
                 actions |= set([found] if isinstance(found, str) else found)
     assert {"ecr:BatchImportUpstreamImage", "ecr:CreateRepository"} <= actions
+
+
+def test_the_rayjob_waits_for_the_image_cache_rule(template):
+    """The pods pull ecr-public images through the cache: CloudFormation must create its rule before the RayJob, or
+    the first job's pods ask ECR for a prefix that has no rule yet (ImagePullBackOff)."""
+    [ray_job] = [r for r in resources_of(template, "Custom::AWSCDK-EKS-KubernetesResource").values()
+                 if '"kind":"RayJob"' in str(r["Properties"]["Manifest"])]
+    [rule] = resources_of(template, "AWS::ECR::PullThroughCacheRule")
+    assert rule in ray_job["DependsOn"]
