@@ -13,22 +13,12 @@ import shlex
 
 import pytest
 
-from tests.conftest import UNDER_MUTATION, resources_of, template_for
+from tests.conftest import UNDER_MUTATION, resources_of
 from tests.infra.test_cluster_software import manifest_of
-from tests.infra.test_stack_settings_reach_the_template import (
-    CHANGED_WITH_LOOKUPS, gpu_nodegroup, launch_template_of, system_nodegroup, worker_container)
+from tests.infra.test_stack_settings_reach_the_template import (  # noqa: F401 - changed, ray_job: its fixtures
+    changed, gpu_nodegroup, launch_template_of, ray_job, system_nodegroup, worker_container)
 
 pytestmark = pytest.mark.skipif(UNDER_MUTATION, reason="no synthesis under mutation testing")
-
-
-@pytest.fixture(scope="module")
-def changed():
-    return template_for(**CHANGED_WITH_LOOKUPS)
-
-
-@pytest.fixture(scope="module")
-def ray_job(changed):
-    return manifest_of(changed, "RayJob")
 
 
 def chart_values(template, chart: str) -> dict:
