@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 
 from benchmarks import levers, worker
 from benchmarks.kernel_profile import STEP_LABEL, Shape, profile_shape, shares, split_trace
 from benchmarks.suites import Case
+from tests.benchmarks.test_worker_more import _probe
 from training.metrics import model_flops_per_token
 
 
 class Built(Exception):
     """Raised by the stand-in build once it has recorded the order of events: nothing is built."""
-
-
-@contextlib.contextmanager
-def _probe(events):
-    events.append("enter")
-    try:
-        yield
-    finally:
-        events.append("exit")
 
 
 def test_a_shapes_levers_are_in_force_while_its_model_is_built(monkeypatch, tmp_path):
