@@ -1,0 +1,22 @@
+"""check_links: both ends of a pair time it, and each figure's slower reading stands (a link is as fast as its
+slower direction), all-reduce and all-gather alike."""
+
+from types import SimpleNamespace
+
+import torch
+
+from training import health
+from training.health import LinkFigures
+
+
+def test_each_pairs_slower_reading_of_each_collective_stands(monkeypatch):
+    readings = {0: LinkFigures(("a", "b"), 100, 10.0, 4.0), 1: LinkFigures(("a", "b"), 100, 8.0, 6.0)}
+
+    def all_gather_object(out, _mine):
+        out[:] = [[readings[0]], [readings[1]]]  # what each end measured
+
+    monkeypatch.setattr(health, "dist", SimpleNamespace(new_group=lambda ranks: None, barrier=lambda: None,
+                                                        all_gather_object=all_gather_object))
+    monkeypatch.setattr(health, "measure_pair", lambda pair, group, size, device: readings[0])
+    links = health.check_links(["a", "b"], 0, 100, torch.device("cpu"))
+    assert links == [LinkFigures(("a", "b"), 100, 8.0, 4.0)]
