@@ -23,9 +23,12 @@ def test_each_pairs_slower_reading_of_each_collective_stands(monkeypatch):
 
 
 def test_the_run_gates_links_against_the_planners_figure_at_the_models_layer_size(monkeypatch):
+    import training.model
     from training.config import TrainConfig
 
     called = []
+    # The built-in config as model_config reads it, without building the model class to check its attention kernels.
+    monkeypatch.setattr(training.model, "model_config", lambda cfg: training.model.builtin_config(cfg.model))
     monkeypatch.setattr(health, "run_gate", lambda rank, device, size, predicted, log: called.append((size, predicted)))
     health.gate_for_run(TrainConfig(model="tiny", predicted_link_gbps=3.0), 0, torch.device("cpu"), print)
     # The tiny built-in's layer: 64 hidden, 4 heads of 16, 2 key/value heads, 128 intermediate, in bf16:
