@@ -280,8 +280,9 @@ def grad_accum_for(batch_tokens: int, workers: int, micro_batch: int, seq_len: i
     valid batches) when the workers' micro-batches cannot add up to it."""
     per_round = workers * micro_batch * seq_len
     if batch_tokens < 1 or batch_tokens % per_round or batch_tokens // per_round > MAX_GRAD_ACCUM:
-        below, above = max(batch_tokens // per_round, 1) * per_round, (batch_tokens // per_round + 1) * per_round
-        nearest = f"{below:,} or {above:,}" if below < batch_tokens else f"{below:,}"
+        rounds = batch_tokens // per_round  # the suggestions stay within 1 .. MAX_GRAD_ACCUM rounds
+        below, above = min(max(rounds, 1), MAX_GRAD_ACCUM) * per_round, (rounds + 1) * per_round
+        nearest = f"{below:,} or {above:,}" if below < batch_tokens and rounds < MAX_GRAD_ACCUM else f"{below:,}"
         raise ConfigError(f"--batch-tokens: {batch_tokens:,} is not a multiple of {workers} workers (--workers) x "
                           f"{micro_batch} sequences (--micro-batch) x {seq_len:,} tokens (--seq-len) = {per_round:,} "
                           f"(at most {MAX_GRAD_ACCUM:,} times); nearest valid: {nearest}")

@@ -30,3 +30,17 @@ def test_a_resume_that_unsets_a_setting_is_refused_by_name(name, before):
     saved = dataclasses.asdict(TrainConfig(model="o/m", data="/x/a.jsonl")) | {name: before}
     current = saved | {name: None}
     assert resume_changes(saved, current) == [f"--{name.replace('_', '-')} {before!r} -> None"]
+
+
+@pytest.mark.parametrize("batch_tokens, nearest", [
+    (524_296, "524,288"),  # 65,537 rounds of 8 tokens: the nearest valid batch is the cap's 65,536 rounds
+    (524_299, "524,288"),
+    (524_290, "524,288"),  # 65,536 rounds and a remainder: one round more is past the cap
+    (524_287, "524,280 or 524,288"),  # below the cap, both neighbours are valid
+])
+def test_the_nearest_valid_batch_is_never_past_the_accumulation_cap(batch_tokens, nearest):
+    """1 worker x 1 sequence x 8 tokens, --grad-accum at most 65,536: the refusal's suggestions must be accepted."""
+    from training.config import ConfigError, grad_accum_for
+
+    with pytest.raises(ConfigError, match=f"nearest valid: {nearest}$"):
+        grad_accum_for(batch_tokens, 1, 1, 8)
