@@ -1,0 +1,90 @@
+"""The order the stack creates things in: each CloudFormation DependsOn the deploy relies on.
+
+A dependency dropped or pointed at the neighbouring resource still synthesizes and often still deploys, until
+CloudFormation happens to create the two in the other order: nodes that join before the VPC CNI has its credentials,
+device plugins or an operator with no node to run on (Helm's wait times out), a job whose pods start before
+their role, their namespace or the log shipper. One row per edge, on the default template."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cdk_constructs import cluster_autoscaler, device_plugins, kuberay, node_groups, observability, vpc_cni
+from tests.conftest import UNDER_MUTATION
+
+pytestmark = pytest.mark.skipif(UNDER_MUTATION, reason="no synthesis under mutation testing")
+
+
+def _chart(name):
+    return lambda r: r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == name
+
+
+def _addon(name):
+    return lambda r: r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"] == name
+
+
+def _nodegroup(labels):
+    return lambda r: r["Type"] == "AWS::EKS::Nodegroup" and labels.items() <= r["Properties"].get("Labels", {}).items()
+
+
+def _association(service_account):
+    return lambda r: (r["Type"] == "AWS::EKS::PodIdentityAssociation"
+                      and r["Properties"]["ServiceAccount"] == service_account)
+
+
+def _log_group(kind):
+    return lambda r: r["Type"] == "AWS::Logs::LogGroup" and r["Properties"].get("LogGroupName") == \
+        f"/aws/containerinsights/EksFsdpEfa/{kind}"
+
+
+def _manifest(kind):
+    return lambda r: (r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+                      and f'"kind":"{kind}"' in json.dumps(r["Properties"]["Manifest"]).replace('\\"', '"'))
+
+
+RESOURCES = {
+    "system nodes": _nodegroup(node_groups.SYSTEM_NODE_LABELS),
+    "GPU nodes": _nodegroup(node_groups.GPU_NODE_LABELS),
+    "VPC CNI": _addon(vpc_cni.ADDON_NAME),
+    "Pod Identity agent": _addon("eks-pod-identity-agent"),
+    "NVIDIA device plugin": _chart(device_plugins.NVIDIA_CHART),
+    "EFA device plugin": _chart(device_plugins.EFA_CHART),
+    "KubeRay": _chart(kuberay.KUBERAY_CHART),
+    "Cluster Autoscaler": _chart(cluster_autoscaler.CHART),
+    "autoscaler's association": _association(cluster_autoscaler.SERVICE_ACCOUNT),
+    "CloudWatch add-on": _addon(observability.ADDON_NAME),
+    "RayJob": _manifest("RayJob"),
+    "training namespace": _manifest("Namespace"),
+    "Ray pods' association": _association("ray"),
+    **{f"{kind} log group": _log_group(kind) for kind in ("application", "dataplane", "host", "performance")},
+}
+
+EDGES = [
+    # Nodes join with aws-node already holding its Pod Identity credentials (the node role has no CNI policy).
+    ("system nodes", "VPC CNI"), ("GPU nodes", "VPC CNI"), ("VPC CNI", "Pod Identity agent"),
+    # Helm waits for DaemonSets and Deployments that need a node to run on.
+    ("NVIDIA device plugin", "GPU nodes"), ("EFA device plugin", "GPU nodes"), ("KubeRay", "system nodes"),
+    ("Cluster Autoscaler", "system nodes"), ("CloudWatch add-on", "system nodes"),
+    # Credentials come from the association through the agent when the pod starts.
+    ("Cluster Autoscaler", "autoscaler's association"), ("Cluster Autoscaler", "Pod Identity agent"),
+    ("CloudWatch add-on", "Pod Identity agent"),
+    # The groups exist with their retention and key before the agent and Fluent Bit create them bare.
+    *(("CloudWatch add-on", f"{kind} log group") for kind in ("application", "dataplane", "host", "performance")),
+    # The job: CRDs, GPU and EFA resources, its namespace and role, and Fluent Bit reading from its first line.
+    ("RayJob", "KubeRay"), ("RayJob", "NVIDIA device plugin"), ("RayJob", "EFA device plugin"),
+    ("RayJob", "training namespace"), ("RayJob", "Ray pods' association"), ("RayJob", "Pod Identity agent"),
+    ("RayJob", "CloudWatch add-on"),
+]
+
+
+def _logical_id(resources: dict, name: str) -> str:
+    [found] = [k for k, r in resources.items() if RESOURCES[name](r)]
+    return found
+
+
+@pytest.mark.parametrize("dependent,dependency", EDGES, ids=[f"{a} after {b}" for a, b in EDGES])
+def test_each_resource_is_created_after_what_it_needs(template, dependent, dependency):
+    resources = template.to_json()["Resources"]
+    assert _logical_id(resources, dependency) in resources[_logical_id(resources, dependent)].get("DependsOn", [])
