@@ -12,7 +12,8 @@ import json
 import pytest
 
 from cdk_constructs import cluster_autoscaler, device_plugins, kuberay, node_groups, observability, vpc_cni
-from tests.conftest import UNDER_MUTATION
+from tests.conftest import UNDER_MUTATION, only, resources_of
+from tests.infra.test_stack_settings_reach_the_template import changed  # noqa: F401 - its fixture
 
 pytestmark = pytest.mark.skipif(UNDER_MUTATION, reason="no synthesis under mutation testing")
 
@@ -88,3 +89,12 @@ def _logical_id(resources: dict, name: str) -> str:
 def test_each_resource_is_created_after_what_it_needs(template, dependent, dependency):
     resources = template.to_json()["Resources"]
     assert _logical_id(resources, dependency) in resources[_logical_id(resources, dependent)].get("DependsOn", [])
+
+
+@pytest.mark.parametrize("auto_delete", [False, True])
+def test_the_checkpoint_bucket_is_kept_on_destroy_unless_auto_delete_is_set(template, changed, auto_delete):  # noqa: F811
+    # training.checkpoint_bucket_auto_delete is off by default and on in CHANGED: checkpoints outlive the stack
+    # (CloudFormation's DeletionPolicy Retain) unless the user asked otherwise.
+    tpl = changed if auto_delete else template
+    assert only(tpl, "AWS::S3::Bucket")["DeletionPolicy"] == ("Delete" if auto_delete else "Retain")
+    assert len(resources_of(tpl, "Custom::S3AutoDeleteObjects")) == int(auto_delete)
