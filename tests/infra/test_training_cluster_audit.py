@@ -13,6 +13,7 @@ import pytest
 
 from cdk_constructs import cluster_autoscaler, device_plugins, kuberay, node_groups, observability, vpc_cni
 from tests.conftest import UNDER_MUTATION, only, resources_of
+from tests.infra.test_cluster_software import manifest_of
 from tests.infra.test_stack_settings_reach_the_template import changed  # noqa: F401 - its fixture
 
 pytestmark = pytest.mark.skipif(UNDER_MUTATION, reason="no synthesis under mutation testing")
@@ -98,3 +99,30 @@ def test_the_checkpoint_bucket_is_kept_on_destroy_unless_auto_delete_is_set(temp
     tpl = changed if auto_delete else template
     assert only(tpl, "AWS::S3::Bucket")["DeletionPolicy"] == ("Delete" if auto_delete else "Retain")
     assert len(resources_of(tpl, "Custom::S3AutoDeleteObjects")) == int(auto_delete)
+
+
+@pytest.mark.parametrize("which,days", [("default", 30), ("changed", 14)])
+def test_every_log_group_has_the_stacks_retention_and_logs_key(template, changed, which, days):  # noqa: F811
+    # Flow logs, the control plane's, the CloudWatch add-on's and every Lambda's: log_retention_days (30, and 14
+    # in CHANGED) and the one logs key (flow logs name internal addresses and ports).
+    tpl = template if which == "default" else changed
+    [key] = [k for k in resources_of(tpl, "AWS::KMS::Key") if k.startswith("LogsKey")]
+    groups = resources_of(tpl, "AWS::Logs::LogGroup")
+    # flow logs, the control plane, 4 Container Insights groups, and one for each aws-cdk-lib Lambda
+    assert len(groups) == 6 + len(resources_of(tpl, "AWS::Lambda::Function"))
+    for group in groups.values():
+        assert group["Properties"]["RetentionInDays"] == days
+        assert group["Properties"]["KmsKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+
+
+def test_the_outputs_name_the_job_its_namespace_cluster_and_bucket(template):
+    # What `make watch` and `make destroy` read (tools/watch.py, tools/teardown.py), each from its own resource.
+    outputs = {k: v["Value"] for k, v in template.to_json()["Outputs"].items()}
+    name = manifest_of(template, "RayJob")["metadata"]["name"]
+    assert (outputs["Namespace"], outputs["RayJobName"]) == ("training", name)
+    [cluster] = resources_of(template, "AWS::EKS::Cluster")
+    [bucket] = resources_of(template, "AWS::S3::Bucket")
+    assert outputs["ClusterName"] == {"Ref": cluster}
+    assert outputs["CheckpointBucket"] == {"Ref": bucket}
+    assert outputs["JobStatus"] == f"kubectl -n training get rayjob {name} -o wide"
+    assert outputs["JobLogs"] == f"kubectl -n training logs -f job/{name}"
