@@ -126,3 +126,16 @@ def test_the_outputs_name_the_job_its_namespace_cluster_and_bucket(template):
     assert outputs["CheckpointBucket"] == {"Ref": bucket}
     assert outputs["JobStatus"] == f"kubectl -n training get rayjob {name} -o wide"
     assert outputs["JobLogs"] == f"kubectl -n training logs -f job/{name}"
+
+
+@pytest.mark.parametrize("which,tag", [("default", ("project", "eks-fsdp-efa")), ("changed", ("team", "ml"))])
+def test_the_tags_setting_reaches_every_tagged_resource(template, changed, which, tag):  # noqa: F811
+    # Tags.of(stack): the network, the bucket and the roles as much as the cluster (lists of Key/Value, or a map on
+    # a node group).
+    tpl = template if which == "default" else changed
+    tagged = {k: r["Properties"]["Tags"] for k, r in tpl.to_json()["Resources"].items() if "Tags" in r.get("Properties", {})}
+    assert len(tagged) > 20
+    key, value = tag
+    missing = [k for k, tags in tagged.items()
+               if (tags.get(key) if isinstance(tags, dict) else {t["Key"]: t["Value"] for t in tags}.get(key)) != value]
+    assert not missing
