@@ -139,3 +139,17 @@ def test_the_tags_setting_reaches_every_tagged_resource(template, changed, which
     missing = [k for k, tags in tagged.items()
                if (tags.get(key) if isinstance(tags, dict) else {t["Key"]: t["Value"] for t in tags}.get(key)) != value]
     assert not missing
+
+
+def test_the_image_caches_endpoints_are_in_the_gpu_zones_subnet_only(changed):  # noqa: F811
+    # Interface endpoints bill per AZ: one subnet each, the GPU nodes' (auto took us-west-2c in CHANGED, not the VPC's
+    # first zone).
+    [gpu] = [r for r in resources_of(changed, "AWS::EKS::Nodegroup").values()
+             if r["Properties"].get("Labels", {}).get("role") == "gpu-worker"]
+    endpoints = [r for r in resources_of(changed, "AWS::EC2::VPCEndpoint").values()
+                 if r["Properties"].get("VpcEndpointType") == "Interface"]
+    assert len(endpoints) == 2
+    for endpoint in endpoints:
+        assert endpoint["Properties"]["SubnetIds"] == gpu["Properties"]["Subnets"]
+    [subnet] = gpu["Properties"]["Subnets"]
+    assert changed.to_json()["Resources"][subnet["Ref"]]["Properties"]["AvailabilityZone"] == "us-west-2c"
