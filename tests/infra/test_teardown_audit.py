@@ -58,3 +58,10 @@ class _S3:
 def test_a_kept_buckets_size_is_the_sum_of_every_version_on_every_page():
     kept = teardown.describe_bucket(_S3(), "ckpt")
     assert kept.detail.startswith("3 object version(s), 2.00 GiB")
+
+
+def test_log_prefixes_name_the_cluster_for_eks_and_container_logs_and_the_stack_for_lambdas():
+    # EKS writes /aws/eks/<cluster>/cluster, Fluent Bit and the agent /aws/containerinsights/<cluster>/..., and Lambda
+    # /aws/lambda/<function>, whose name CloudFormation starts with the stack's.
+    assert teardown.log_group_prefixes("MyStack", "MyCluster") == [
+        "/aws/eks/MyCluster/", "/aws/lambda/MyStack-", "/aws/containerinsights/MyCluster/"]
