@@ -65,3 +65,78 @@ def test_log_prefixes_name_the_cluster_for_eks_and_container_logs_and_the_stack_
     # /aws/lambda/<function>, whose name CloudFormation starts with the stack's.
     assert teardown.log_group_prefixes("MyStack", "MyCluster") == [
         "/aws/eks/MyCluster/", "/aws/lambda/MyStack-", "/aws/containerinsights/MyCluster/"]
+
+
+class _Session:
+    """boto3 as `make destroy` meets it: a stack whose outputs name its cluster, gone after `cdk destroy`."""
+
+    def __init__(self, region_name=None):
+        self.asked_prefixes: list[str] = []
+        _Session.last = self
+
+    def client(self, service):
+        session = self
+
+        class CloudFormation:
+            destroyed = False
+
+            def get_template(self, **_):
+                return {"TemplateBody": {"Resources": {
+                    "Bucket": {"Type": "AWS::S3::Bucket", "DeletionPolicy": "Retain"},
+                    "Unnamed": {"Type": "AWS::SSM::Parameter", "DeletionPolicy": "Retain"},
+                    "Key": {"Type": "AWS::KMS::Key", "DeletionPolicy": "Retain"},
+                    "Param": {"Type": "AWS::SSM::Parameter", "DeletionPolicy": "Retain"}}}}
+
+            def describe_stack_resources(self, **_):
+                return {"StackResources": [
+                    {"LogicalResourceId": "Bucket", "PhysicalResourceId": "ckpt", "ResourceType": "AWS::S3::Bucket"},
+                    {"LogicalResourceId": "Unnamed", "ResourceType": "AWS::SSM::Parameter"},
+                    {"LogicalResourceId": "Key", "PhysicalResourceId": "key-1", "ResourceType": "AWS::KMS::Key"},
+                    {"LogicalResourceId": "Param", "PhysicalResourceId": "/kept", "ResourceType": "AWS::SSM::Parameter"},
+                    {"LogicalResourceId": "Rule", "PhysicalResourceId": "ecr-public",
+                     "ResourceType": "AWS::ECR::PullThroughCacheRule"}]}
+
+            def describe_stacks(self, **_):
+                if _Session.destroyed:
+                    raise ClientError({"Error": {"Code": "ValidationError", "Message": "does not exist"}}, "DescribeStacks")
+                return {"Stacks": [{"Outputs": [{"OutputKey": "ClusterName", "OutputValue": "TeamCluster"}]}]}
+
+        class Logs:
+            def get_paginator(self, name):
+                def paginate(logGroupNamePrefix):
+                    session.asked_prefixes.append(logGroupNamePrefix)
+                    return [{"logGroups": []}]
+                return type("P", (), {"paginate": staticmethod(paginate)})()
+
+        class Ecr:
+            def get_paginator(self, name):
+                pages = {"describe_repositories": [{"repositories": [{"repositoryName": "ecr-public/ray"}]}],
+                         "describe_images": [{"imageDetails": [{"imageSizeInBytes": 2**30}]}]}[name]
+                return type("P", (), {"paginate": lambda self, **_: pages})()
+
+        return {"cloudformation": CloudFormation, "s3": _S3, "kms": lambda: _Kms("Enabled"), "logs": Logs,
+                "ecr": Ecr}[service]()
+
+
+def test_make_destroy_reports_every_kept_resource_and_reads_logs_under_the_clusters_own_name(monkeypatch, capsys):
+    import subprocess
+
+    import boto3
+
+    _Session.destroyed = False
+
+    def cdk_destroy(command, cwd):
+        assert command[:3] == ["cdk", "destroy", "EksFsdpEfa"]
+        _Session.destroyed = True
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(boto3, "Session", _Session)
+    monkeypatch.setattr(subprocess, "run", cdk_destroy)
+    assert teardown.main([]) == 0
+    out = capsys.readouterr().out
+    # A retained resource without a physical id (never created) is skipped, not the end of the list.
+    for line in ("S3 bucket ckpt: 3 object version(s), 2.00 GiB", "KMS key key-1: Enabled",
+                 "AWS::SSM::Parameter /kept: retained by its DeletionPolicy", "ECR repository ecr-public/ray: 1.00 GiB"):
+        assert line in out
+    # The cluster's name from the stack's outputs (it may differ from the settings' when deployed under another name).
+    assert "/aws/eks/TeamCluster/" in _Session.last.asked_prefixes
