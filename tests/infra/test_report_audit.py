@@ -31,3 +31,10 @@ def test_an_s3_run_without_metrics_is_refused_as_missing(monkeypatch, code):
     monkeypatch.setattr(boto3, "client", lambda service: S3())
     with pytest.raises(ReportError, match=r"^RUN: s3://bucket/runs/r1 has no metrics.jsonl"):
         load_run("s3://bucket/runs/r1")
+
+
+def test_peak_memory_is_the_highest_of_any_step_not_the_last():
+    rows = records(steps=5, with_validation=False)
+    for row, gib in zip(rows, (10.0, 14.0, 12.0, 11.0, 11.0)):
+        row["peak_mem_gib"] = gib
+    assert "peak GPU memory: 14.0 GiB" in text_summary(rows, None)
