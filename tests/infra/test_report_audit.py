@@ -38,3 +38,20 @@ def test_peak_memory_is_the_highest_of_any_step_not_the_last():
     for row, gib in zip(rows, (10.0, 14.0, 12.0, 11.0, 11.0)):
         row["peak_mem_gib"] = gib
     assert "peak GPU memory: 14.0 GiB" in text_summary(rows, None)
+
+
+def test_a_bill_without_an_error_figure_prints_the_measured_dollars_alone():
+    # tools/bill.py summary: the error is None when nothing was measured (no GPU node seen), though the synth estimated.
+    from tools.report import resilience_lines
+
+    lines = resilience_lines({"bill": {"measured_usd": 0.0, "estimate_usd": 1.2, "error": None}})
+    assert lines == ["GPU nodes billed: $0.00 measured"]
+
+
+@pytest.mark.parametrize("run", ["s3://bucket/runs/r1", "s3://bucket/runs/r1/"])
+def test_an_s3_runs_png_is_named_after_the_run_with_or_without_a_trailing_slash(run):
+    from pathlib import Path
+
+    from tools.report import default_output
+
+    assert default_output(run) == Path("reports") / "r1.png"
