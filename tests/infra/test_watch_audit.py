@@ -1,0 +1,57 @@
+"""tools/watch.py's follow_job against a scripted API: it reads the newest submitter pod of the job (by the job-name
+label the Job controller puts on its pods; KubeRay names the submitter Job after the RayJob), prints its step lines
+but not their machine-readable twins, and hands the job's end and run folder to the measured bill."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tests.infra.test_cluster_status import load
+from tests.infra.test_report import records
+from training.records import format_record
+
+
+def _pod(name: str, minute: int):
+    meta = type("Meta", (), {"name": name, "creation_timestamp": dt.datetime(2026, 12, 1, 9, minute)})()
+    return type("Pod", (), {"metadata": meta})()
+
+
+LOGS = {
+    "ft-1-old": "step 1/10 from the first attempt\n",
+    "ft-1-new": "\n".join(["step 10/10 loss 1.2",
+                           format_record(records(steps=1, with_validation=False)[0]),
+                           'run summary: {"run": "s3://bucket/runs/ft-1"}']) + "\n",
+}
+
+
+class _Api:
+    selectors: list = []
+
+    def get_namespaced_custom_object(self, *args):
+        rayjob = load("rayjob-running.json")
+        rayjob["status"] |= {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": "2026-12-01T10:00:00Z"}
+        return rayjob
+
+    def list_namespaced_pod(self, namespace, label_selector=None):
+        _Api.selectors.append(label_selector)
+        return type("PodList", (), {"items": [_pod("ft-1-old", 5), _pod("ft-1-new", 30)]})()
+
+    def read_namespaced_pod_log(self, name, namespace):
+        return LOGS[name]
+
+
+def test_the_newest_submitter_pods_log_is_followed_and_the_end_handed_on(monkeypatch, capsys):
+    from kubernetes import client
+
+    from tools import watch
+
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: _Api())
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: _Api())
+    monkeypatch.setattr(watch, "print_report", lambda run: None)
+    finished: dict = {}
+    assert watch.follow_job(None, "training", "ft-1", "bucket", 15, 3600, finished=finished) is True
+    assert _Api.selectors == ["job-name=ft-1"]
+    out = capsys.readouterr().out
+    assert "step 10/10 loss 1.2" in out and "from the first attempt" not in out
+    assert "eks-fsdp-efa.step" not in out
+    assert finished == {"end": "2026-12-01T10:00:00Z", "run": "s3://bucket/runs/ft-1"}
