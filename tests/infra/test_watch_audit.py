@@ -55,3 +55,22 @@ def test_the_newest_submitter_pods_log_is_followed_and_the_end_handed_on(monkeyp
     assert "step 10/10 loss 1.2" in out and "from the first attempt" not in out
     assert "eks-fsdp-efa.step" not in out
     assert finished == {"end": "2026-12-01T10:00:00Z", "run": "s3://bucket/runs/ft-1"}
+
+
+def test_the_eks_token_signs_the_clusters_name_as_aws_iam_authenticator_requires(monkeypatch):
+    # aws-iam-authenticator (pkg/token) accepts a presigned GetCallerIdentity whose signed x-k8s-aws-id header holds
+    # the cluster's name: a token signed for another value is refused by that cluster's API server.
+    import boto3
+    from botocore.signers import RequestSigner
+
+    from tools.watch import eks_token
+
+    signed = []
+    presign = RequestSigner.generate_presigned_url
+    monkeypatch.setattr(RequestSigner, "generate_presigned_url",
+                        lambda self, request, **kw: signed.append(request) or presign(self, request, **kw))
+    session = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-2")
+    eks_token(session, "team-cluster", "eu-west-1")
+    [request] = signed
+    assert request["headers"] == {"x-k8s-aws-id": "team-cluster"}
+    assert request["url"].startswith("https://sts.eu-west-1.amazonaws.com/?Action=GetCallerIdentity")
