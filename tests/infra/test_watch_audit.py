@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from tests.infra.test_cluster_status import load
 from tests.infra.test_report import records
+from tests.infra.test_watch_wiring import seen  # noqa: F401 - the fixture faking the stack, the API and the bill
 from training.records import format_record
 
 
@@ -74,3 +77,33 @@ def test_the_eks_token_signs_the_clusters_name_as_aws_iam_authenticator_requires
     [request] = signed
     assert request["headers"] == {"x-k8s-aws-id": "team-cluster"}
     assert request["url"].startswith("https://sts.eu-west-1.amazonaws.com/?Action=GetCallerIdentity")
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_eks_api_says_how_to_get_cluster_access(seen, monkeypatch, capsys, status):  # noqa: F811
+    # The API server answers 401 to a token it cannot verify and 403 to an identity without an access entry: both
+    # mean the caller has no access to this cluster, which admin_principal_arn gives.
+    from kubernetes.client.rest import ApiException
+
+    from tests.conftest import ROOT
+    from tools import watch
+
+    def refused(*args):
+        raise ApiException(status=status, reason="Forbidden")
+
+    monkeypatch.setattr(watch, "follow_job", refused)
+    assert watch.main(["--cdk-json", str(ROOT / "cdk.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: the EKS API refused these credentials ({status}); give your role "
+                                              "cluster access with -c admin_principal_arn=<its ARN>")
+
+
+def test_the_token_has_no_base64_padding_and_is_renewed_before_eks_expires_it():
+    # aws-iam-authenticator decodes the token as unpadded URL-safe base64, and accepts it for 15 minutes.
+    import boto3
+
+    from tools import watch
+
+    session = boto3.Session(aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret", region_name="us-east-2")
+    # Three name lengths: one of them makes the signed URL's length one that base64 would pad.
+    assert not [name for name in ("c", "cl", "clu") if "=" in watch.eks_token(session, name, "us-east-2")]
+    assert watch.TOKEN_LIFETIME_S < 15 * 60
