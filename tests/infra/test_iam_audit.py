@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.infra.test_seams_iam import ROLE, allowed, identity
-from tools.seams.iam import Policy
+from tools.seams.iam import Policy, Request, closest_statements
 
 
 @pytest.mark.parametrize("resource, matches", [
@@ -41,3 +41,22 @@ def test_a_deny_naming_an_account_root_reaches_only_that_accounts_roles(root, de
     deny = [Policy("registry", {"Statement": [{"Effect": "Deny", "Principal": {"AWS": root},
                                                "Action": "ecr:CreateRepository", "Resource": "*"}]}, resource_based=True)]
     assert allowed(own + deny, "ecr:CreateRepository", principal=ROLE) is not denied
+
+
+@pytest.mark.parametrize("value, present, holds", [
+    (True, False, True), (True, True, False), (False, True, True), (False, False, False),
+])
+def test_a_null_condition_written_as_a_json_boolean(value, present, holds):
+    # "Condition operators", Null: true means the key is absent, false present; a policy may write JSON true/false.
+    policy = [identity({"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*",
+                        "Condition": {"Null": {"aws:ResourceTag/team": value}}})]
+    context = {"aws:ResourceTag/team": "ml"} if present else {}
+    assert allowed(policy, "s3:GetObject", context=context) is holds
+
+
+def test_a_near_miss_names_only_an_allow_for_the_requested_resource():
+    # A denial's hint is an Allow whose action and resource match and only its condition failed; one for another
+    # bucket is no near miss.
+    policy = [identity({"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::other/*",
+                        "Condition": {"Bool": {"aws:SecureTransport": "true"}}})]
+    assert closest_statements(policy, Request(ROLE, "s3:GetObject", "arn:aws:s3:::runs/k", {})) == []
