@@ -16,3 +16,11 @@ def test_a_config_maps_data_counts_utf8_bytes_not_characters(characters, refused
     size = 3 * characters + 1
     assert kube.data_size(config_map(data)) == size
     assert any("data totals" in p for p in kube.object_problems(config_map(data), applied=False)) is refused
+
+
+@pytest.mark.parametrize("value, refused", [("1", False), (1, True), (True, True)])
+def test_a_label_value_that_is_not_a_string_is_refused(value, refused):
+    # ObjectMeta.Labels is map[string]string: the API server cannot decode a number or a boolean there (a YAML
+    # `version: 1` left unquoted).
+    obj = {"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"version": value}}}
+    assert any("is not a string" in p for p in kube.object_problems(obj, applied=False)) is refused

@@ -1,0 +1,37 @@
+"""Which identity policies are a role's (tools.seams.workloads.role_policies): its inline Policies, an
+AWS::IAM::Policy or AWS::IAM::ManagedPolicy naming it in Roles, and no policy attached to another role."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.infra.test_seams_workloads import autoscaler_template, denied
+from tools.seams import workloads as w
+
+GRANTING = autoscaler_template({"Fn::GetAtt": ["Gpu", "NodegroupName"]})
+
+
+def _moved(kind: str) -> dict:
+    """The autoscaler's grant held another way (CloudFormation User Guide: AWS::IAM::Role Policies,
+    AWS::IAM::Policy / AWS::IAM::ManagedPolicy Roles)."""
+    t = copy.deepcopy(GRANTING)
+    policy = t["Resources"].pop("RolePolicy")["Properties"]
+    if kind == "inline":
+        t["Resources"]["Role"]["Properties"]["Policies"] = [
+            {"PolicyName": policy["PolicyName"], "PolicyDocument": policy["PolicyDocument"]}]
+    elif kind == "managed":
+        t["Resources"]["Managed"] = {"Type": "AWS::IAM::ManagedPolicy", "Properties": {
+            "Roles": [{"Ref": "Role"}], "PolicyDocument": policy["PolicyDocument"]}}
+    else:  # attached to another role only
+        t["Resources"]["Other"] = {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Statement": []}}}
+        t["Resources"]["OtherPolicy"] = {"Type": "AWS::IAM::Policy", "Properties": {
+            "PolicyName": "q", "Roles": [{"Ref": "Other"}], "PolicyDocument": policy["PolicyDocument"]}}
+    return t
+
+
+@pytest.mark.parametrize("kind, granted", [("inline", True), ("managed", True), ("another role's", False)])
+def test_a_roles_policies_are_its_inline_and_attached_ones_only(kind, granted):
+    assert denied(GRANTING, w.autoscaler_calls) == []  # the control: the same grant as an AWS::IAM::Policy
+    assert (denied(_moved(kind), w.autoscaler_calls) == []) is granted
