@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.infra.test_seams_kube import config_map
+from tests.infra.test_seams_kube import _ray_job, config_map, manifest_resource
+from tools.seams.cfn import Resolver
 from tools.seams import kube
 
 
@@ -24,3 +25,23 @@ def test_a_label_value_that_is_not_a_string_is_refused(value, refused):
     # `version: 1` left unquoted).
     obj = {"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"version": value}}}
     assert any("is not a string" in p for p in kube.object_problems(obj, applied=False)) is refused
+
+
+def _job_with_sidecar_first(wait: str) -> dict:
+    """The worker's hook on its second container: a sidecar ahead of it in the list."""
+    job = _ray_job(30, wait)
+    pod = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    pod["containers"].insert(0, {"name": "log-shipper"})
+    return job
+
+
+@pytest.mark.parametrize("wait, refused", [("29", False), ("30", True)])
+def test_every_containers_prestop_hook_is_held_to_the_grace_period(wait, refused):
+    # The kubelet runs each container's preStop hook within the pod's one grace period (killContainer).
+    assert bool(kube.hook_problems(_job_with_sidecar_first(wait))) is refused
+
+
+def test_the_template_check_holds_a_rayjobs_hooks_to_their_grace_period():
+    t = {"Resources": {"Job": manifest_resource([_ray_job(30, "30")])}}
+    [problem] = kube.problems(Resolver(t, "us-east-2"))
+    assert "the preStop hook waits 30 s" in problem and problem.endswith("(Job)")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.infra.test_seams_node import nodegroup_template
 from tools.seams import node
+from tools.seams.cfn import Resolver
 
 
 @pytest.mark.parametrize("text, value", [
@@ -15,3 +17,11 @@ from tools.seams import node
 ])
 def test_a_sums_units_go_larger_first_each_once(text, value):
     assert node._memlock_value(text) == value
+
+
+def test_user_data_that_declares_multipart_but_has_no_part_is_malformed_mime():
+    # A Content-Type multipart/mixed body without its start boundary: Python's email parser (cloud-init's) records
+    # the defect and reads no part, so cloud-init would run nothing of it.
+    user_data = 'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n#!/bin/bash\necho hi\n'
+    found = node.problems(Resolver(nodegroup_template(user_data), "us-east-2"))
+    assert any("malformed MIME (StartBoundaryNotFoundDefect" in p for p in found)

@@ -9,6 +9,7 @@ import pytest
 
 from tests.infra.test_seams_workloads import autoscaler_template, denied
 from tools.seams import workloads as w
+from tools.seams.cfn import Resolver, SeamError
 
 GRANTING = autoscaler_template({"Fn::GetAtt": ["Gpu", "NodegroupName"]})
 
@@ -35,3 +36,13 @@ def _moved(kind: str) -> dict:
 def test_a_roles_policies_are_its_inline_and_attached_ones_only(kind, granted):
     assert denied(GRANTING, w.autoscaler_calls) == []  # the control: the same grant as an AWS::IAM::Policy
     assert (denied(_moved(kind), w.autoscaler_calls) == []) is granted
+
+
+def test_a_call_judged_against_an_unmodelled_managed_policy_fails_loudly():
+    # managed_policies.py lists AmazonEKSClusterPolicy as attached but not modelled: judging a call as a role that
+    # holds it must stop the harness, not leave the policy's grants (or denials) out of the verdict.
+    t = copy.deepcopy(GRANTING)
+    t["Resources"]["Role"]["Properties"]["ManagedPolicyArns"] = ["arn:aws:iam::aws:policy/AmazonEKSClusterPolicy"]
+    with pytest.raises(SeamError, match=r"Role: a call is judged against AmazonEKSClusterPolicy, which the harness "
+                                        r"does not model"):
+        w.autoscaler_calls(Resolver(t, "us-east-2"))
