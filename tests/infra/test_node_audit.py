@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.infra.test_seams_node import nodegroup_template
@@ -25,3 +27,9 @@ def test_user_data_that_declares_multipart_but_has_no_part_is_malformed_mime():
     user_data = 'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n#!/bin/bash\necho hi\n'
     found = node.problems(Resolver(nodegroup_template(user_data), "us-east-2"))
     assert any("malformed MIME (StartBoundaryNotFoundDefect" in p for p in found)
+
+
+@pytest.mark.parametrize("section, memlock", [("[Service]", math.inf), ("[service]", None)])
+def test_limit_memlock_counts_only_in_the_service_section_spelled_exactly(section, memlock):
+    # systemd.syntax(7): section names are case-sensitive and written as they are; LimitMEMLOCK= elsewhere is ignored.
+    assert node._limit_memlock(f"{section}\nLimitMEMLOCK=infinity\n") == memlock

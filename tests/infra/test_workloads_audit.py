@@ -46,3 +46,12 @@ def test_a_call_judged_against_an_unmodelled_managed_policy_fails_loudly():
     with pytest.raises(SeamError, match=r"Role: a call is judged against AmazonEKSClusterPolicy, which the harness "
                                         r"does not model"):
         w.autoscaler_calls(Resolver(t, "us-east-2"))
+
+
+@pytest.mark.parametrize("service, denials", [("pods.eks.amazonaws.com", 0), ("ec2.amazonaws.com", 2)])
+def test_pod_identity_needs_a_trust_policy_naming_its_service(service, denials):
+    # A trust policy is resource-based: its Principal must name the caller, pods.eks.amazonaws.com for Pod Identity
+    # (EKS User Guide, "Pod Identity"), or sts:AssumeRole and sts:TagSession are denied.
+    t = copy.deepcopy(GRANTING)
+    t["Resources"]["Role"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] = {"Service": service}
+    assert len(denied(t, w.pod_identity_calls)) == denials
