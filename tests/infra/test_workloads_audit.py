@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from tests.infra.test_seams_workloads import autoscaler_template, denied
+from tests.infra.test_seams_workloads import autoscaler_template, denied, pod_identity_role
 from tools.seams import workloads as w
 from tools.seams.cfn import Resolver, SeamError
 
@@ -55,3 +55,14 @@ def test_pod_identity_needs_a_trust_policy_naming_its_service(service, denials):
     t = copy.deepcopy(GRANTING)
     t["Resources"]["Role"]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] = {"Service": service}
     assert len(denied(t, w.pod_identity_calls)) == denials
+
+
+def test_the_cloudwatch_agent_puts_metrics_and_reads_tags_and_volumes_on_any_resource():
+    # amazon-cloudwatch-agent's Container Insights metrics (cloudwatch:PutMetricData) and the EBS/instance tags it
+    # reads: the actions CloudWatchAgentServerPolicy grants on "*".
+    t = {"Resources": {"Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "demo"}},
+                       **pod_identity_role("amazon-cloudwatch", "cloudwatch-agent", [])}}
+    calls = {(c.workload, c.request.action, c.request.resource) for c in w.observability_calls(Resolver(t, "us-east-2"))
+             if not c.request.action.startswith("logs:")}
+    assert calls == {("CloudWatch agent", action, "*")
+                     for action in ("cloudwatch:PutMetricData", "ec2:DescribeTags", "ec2:DescribeVolumes")}
