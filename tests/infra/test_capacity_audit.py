@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.infra.test_seams_capacity import problems, template
+from tests.infra.test_seams_capacity import BLOCK_DATA, problems, template
 
 
 def test_an_empty_instance_types_list_is_no_instance_type():
@@ -11,3 +11,10 @@ def test_an_empty_instance_types_list_is_no_instance_type():
     t["Resources"]["Group0"]["Properties"]["InstanceTypes"] = []
     [problem] = problems(t)
     assert problem.endswith("no instance type in the launch template or InstanceTypes; EKS launches t3.medium")
+
+
+def test_a_capacity_block_group_buying_another_market_is_rejected():
+    # EKS User Guide, Capacity Blocks: the launch template's MarketType must be capacity-block; spot is not it.
+    data = {**BLOCK_DATA, "InstanceMarketOptions": {"MarketType": "spot"}}
+    [problem] = problems(template("CAPACITY_BLOCK", data, instance_types=()))
+    assert "needs InstanceMarketOptions MarketType capacity-block, it has spot" in problem
