@@ -18,3 +18,14 @@ def test_a_capacity_block_group_buying_another_market_is_rejected():
     data = {**BLOCK_DATA, "InstanceMarketOptions": {"MarketType": "spot"}}
     [problem] = problems(template("CAPACITY_BLOCK", data, instance_types=()))
     assert "needs InstanceMarketOptions MarketType capacity-block, it has spot" in problem
+
+
+def test_a_reservation_group_target_with_the_stacks_new_placement_group_cannot_launch():
+    # EC2 User Guide, "Capacity Reservations for cluster placement groups": a reservation, whether targeted by id or
+    # through a resource group of reservations, launches only into the placement group it was created in.
+    group_arn = "arn:aws:resource-groups:us-east-2:123456789012:group/training-reservations"
+    data = {"CapacityReservationSpecification": {"CapacityReservationTarget": {
+        "CapacityReservationResourceGroupArn": group_arn}}}
+    [problem] = problems(template("ON_DEMAND", data, placement_group=True))
+    assert problem.endswith("targets a reservation and launches into the stack's new cluster placement group; a "
+                            "reservation launches only into the group it was created in")
