@@ -136,7 +136,7 @@ def checkpoint_status(fs, path: str) -> tuple[bool, str, int | None]:
         step = int(state["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return False, f"{TRAIN_STATE} unreadable (cut short)", None
-    missing = missing_files(fs, path, sizes, state.get("world"))
+    missing = missing_files(fs, path, sizes)
     if state.get("protocol") == COMMIT_PROTOCOL:
         if COMMIT not in sizes:
             return False, "no commit marker: " + (missing or "every file is there, but the save stopped before its commit"), step

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import signal
 import types
 from pathlib import Path
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from training import checkpoint as ckpt
-from training import faults, preemption, step as step_module, train
+from training import faults, preemption, step as step_module, train, watchdog
 from training.config import TrainConfig
 from training.config_rules import validate
 from training.data import synthetic_block
@@ -55,7 +56,8 @@ class _Spy:
         def train_step(model, optimizer, batches, grad_accum, grad_clip, lr, device, **options):
             steps = self.attempts[-1]["steps"]
             steps.append({"lr": lr, "grad_accum": grad_accum, "grad_clip": grad_clip,
-                          "keep_weights_gathered": options.get("keep_weights_gathered")})
+                          "keep_weights_gathered": options.get("keep_weights_gathered"),
+                          "loop_running": preemption._training.is_set()})
             if self.sigterm_before_step == len(self.attempts[-1]["steps"]):
                 preemption._sigterm.set()  # what the handler does on SIGTERM, seen by this step's vote
             return real_step(model, optimizer, batches, grad_accum, grad_clip, lr, device, **options)
@@ -66,8 +68,16 @@ class _Spy:
 
         def save(checkpoints, model, optimizer, at, data_position, files=None, wait=False):
             self.attempts[-1]["saves"].append((at, data_position, wait))
+            self.attempts[-1]["background"] = checkpoints.saver is not None
             return real_save(checkpoints, model, optimizer, at, data_position, files=files, wait=wait)
 
+        real_for_run = watchdog.for_run
+
+        def for_run(run_uri, attempt, rank, predicted_step_s, bound_s=None, **kwargs):
+            self.attempts[-1]["watchdog"] = (predicted_step_s, bound_s)
+            return real_for_run(run_uri, attempt, rank, predicted_step_s, bound_s, **kwargs)
+
+        monkeypatch.setattr(watchdog, "for_run", for_run)
         monkeypatch.setattr(step_module, "train_step", train_step)
         monkeypatch.setattr(step_module, "evaluate", evaluate)
         monkeypatch.setattr(ckpt.Checkpoints, "save", save)
@@ -102,7 +112,8 @@ def runs(tmp_path_factory):
         spy = _Spy(monkeypatch)
         try:
             interrupted = _config(tmp, "resumed", checkpoint_every=2, log_every=2, eval_every=3, val_fraction=0.1,
-                                  eval_batches=1, inject_nan_at_step=3)
+                                  eval_batches=1, inject_nan_at_step=3, predicted_step_seconds=30.0,
+                                  watchdog_step_seconds=900.0)
             spy.run(interrupted)
             spy.run(dataclasses.replace(interrupted, inject_nan_at_step=None))
             # The pod's preStop hook asks before step 1; SIGTERM reaches the worker before step 3.
@@ -176,6 +187,7 @@ def test_a_nan_step_stops_before_its_update_leaving_the_last_good_checkpoint_new
     first = runs.attempts[0]
     assert isinstance(first["error"], RuntimeError)
     assert str(first["error"]).startswith("step 3: ")
+    assert "the newest committed checkpoint is step 2" in str(first["error"])
     assert "(lower --lr or check the data)" in str(first["error"])
     # The second attempt resumed from step 2: the NaN step wrote nothing.
     assert runs.attempts[1]["summary"]["resumed_from_step"] == 2
@@ -224,3 +236,36 @@ def test_sigterm_saves_that_step_waited_for_and_ends_the_attempt(runs):
     assert isinstance(stopped["error"], preemption.StopRequested)
     newest, _ = ckpt.resume_choice(_run_uri(runs, "stopped"))
     assert ckpt.read_train_state(newest) == (3, 3 * ROWS_PER_STEP)
+
+
+def test_the_records_carry_each_steps_lr_and_the_evaluations_perplexity(runs):
+    records = read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text())
+    assert [r["lr"] for r in records] == pytest.approx([LR_PER_STEP[i - 1] for i in (2, 3, 4, 6)], rel=1e-4)
+    evaluated = [r for r in records if r.get("val_loss") is not None]
+    assert [r["val_ppl"] for r in evaluated] == pytest.approx([math.exp(r["val_loss"]) for r in evaluated])
+
+
+def test_records_of_synthetic_data_carry_no_data_counts(runs):
+    # Synthetic rows have no padding, truncation or unlearned tokens to count (step_record's counted=False).
+    records = read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text())
+    assert {r.get("padding") for r in records} == {None}
+
+
+def test_saves_are_asynchronous_by_default(runs):
+    assert runs.attempts[1]["background"] is True
+
+
+def test_nothing_is_exported_unless_asked(runs):
+    # Neither --export-checkpoints (an hf/ folder in each checkpoint) nor --export-hf (<run>/hf-export).
+    newest, _ = ckpt.resume_choice(_run_uri(runs, "resumed"))
+    assert not (Path(newest) / "hf").exists()
+    assert not (runs.tmp / "resumed" / "hf-export").exists()
+
+
+def test_the_watchdog_gets_the_planned_step_time_and_the_set_bound(runs):
+    assert runs.attempts[1]["watchdog"] == (30.0, 900.0)
+
+
+def test_sigterm_asks_for_a_save_only_while_the_loop_runs(runs):
+    assert {s["loop_running"] for s in runs.attempts[1]["steps"]} == {True}
+    assert not preemption._training.is_set()  # after the attempt: SIGTERM does what it did before
