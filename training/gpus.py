@@ -30,7 +30,7 @@ class GpuSpec:
 # that the datasheets print: L4 485, L40S 1,466, H100/H200 SXM 3,958 TFLOP/s). PCIe Gen4 x16: 32 GB/s each way;
 # NVLink 3 (A100): 300 GB/s each way; NVLink 4 (H100, H200): 450.
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (
-    GpuSpec("L4", bf16_tflops=121.0, fp8_tflops=242.5, memory_gb=24, intra_node_link="pcie", intra_node_gbps=64, memory_bandwidth_gbps=300),
+    GpuSpec("L4", bf16_tflops=121.0, fp8_tflops=242.5, memory_gb=24, intra_node_link="pcie", intra_node_gbps=32, memory_bandwidth_gbps=300),
     GpuSpec("L40S", bf16_tflops=362.0, fp8_tflops=733.0, memory_gb=48, intra_node_link="pcie", intra_node_gbps=32, memory_bandwidth_gbps=864),
     # AWS's A10G runs below the A10's 125 TFLOP/s.
     GpuSpec("A10G", bf16_tflops=70.0, memory_gb=24, intra_node_link="pcie", intra_node_gbps=32, memory_bandwidth_gbps=600),

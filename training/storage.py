@@ -136,7 +136,7 @@ def checkpoint_status(fs, path: str) -> tuple[bool, str, int | None]:
         step = int(state["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return False, f"{TRAIN_STATE} unreadable (cut short)", None
-    missing = missing_files(fs, path, sizes)
+    missing = missing_files(fs, path, sizes, state.get("world"))
     if state.get("protocol") == COMMIT_PROTOCOL:
         if COMMIT not in sizes:
             return False, "no commit marker: " + (missing or "every file is there, but the save stopped before its commit"), step
@@ -169,7 +169,7 @@ def missing_files(fs, path: str, sizes: dict[str, int] | None = None, world: int
     try:
         with fs.open_input_stream(f"{path}/.metadata") as stream:
             metadata = pickle.loads(stream.read())  # DCP's own format: a pickled Metadata object
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+    except (OSError, pickle.UnpicklingError, AttributeError, ImportError):
         return ".metadata unreadable (cut short)"
     needed: dict[str, int] = {}
     for info in (getattr(metadata, "storage_data", None) or {}).values():

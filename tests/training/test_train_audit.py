@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import signal
+import time
 import types
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class _Spy:
     def __init__(self, monkeypatch) -> None:
         self.attempts: list[dict] = []
         self.sigterm_before_step: int | None = None
+        self.metrics_file: Path | None = None
         real_step, real_evaluate, real_save = step_module.train_step, step_module.evaluate, ckpt.Checkpoints.save
 
         def train_step(model, optimizer, batches, grad_accum, grad_clip, lr, device, **options):
@@ -60,7 +62,14 @@ class _Spy:
                           "loop_running": preemption._training.is_set()})
             if self.sigterm_before_step == len(self.attempts[-1]["steps"]):
                 preemption._sigterm.set()  # what the handler does on SIGTERM, seen by this step's vote
-            return real_step(model, optimizer, batches, grad_accum, grad_clip, lr, device, **options)
+            if self.metrics_file is not None:  # the records in storage as the step starts
+                steps[-1]["records_before"] = ([r["step"] for r in read_metrics(self.metrics_file.read_text())]
+                                               if self.metrics_file.exists() else [])
+            started = time.perf_counter()
+            try:
+                return real_step(model, optimizer, batches, grad_accum, grad_clip, lr, device, **options)
+            finally:
+                steps[-1]["seconds"] = time.perf_counter() - started
 
         def evaluate(*args, **kwargs):
             self.attempts[-1]["evaluated_after"].append(len(self.attempts[-1]["steps"]))
@@ -114,12 +123,14 @@ def runs(tmp_path_factory):
             interrupted = _config(tmp, "resumed", checkpoint_every=2, log_every=2, eval_every=3, val_fraction=0.1,
                                   eval_batches=1, inject_nan_at_step=3, predicted_step_seconds=30.0,
                                   watchdog_step_seconds=900.0)
+            spy.metrics_file = tmp / "resumed" / METRICS_FILE
             spy.run(interrupted)
             spy.run(dataclasses.replace(interrupted, inject_nan_at_step=None))
             # The pod's preStop hook asks before step 1; SIGTERM reaches the worker before step 3.
             stop_folder = tmp / "stop"
             stop_folder.mkdir()
             (stop_folder / preemption.REQUEST).write_text("nonce-1")
+            spy.metrics_file = None
             spy.sigterm_before_step = 3
             spy.run(_config(tmp, "stopped", steps=5, checkpoint_every=0))
             yield types.SimpleNamespace(tmp=tmp, attempts=spy.attempts, answer=stop_folder / preemption.ANSWER)
@@ -181,6 +192,13 @@ def test_the_summary_counts_the_whole_run_and_names_where_it_resumed(runs):
     # 6 steps x 4 sequences x 16 tokens, the 2 steps before the resume included (from the checkpoint's counts)
     assert summary["data_counts"]["tokens"] == 6 * ROWS_PER_STEP * SEQ_LEN
     assert len(summary["checkpoint_stalls_s"]) == 2  # this attempt's two saves, steps 4 and 6
+
+
+def test_the_summary_names_the_layout_and_transport_the_run_had(runs):
+    summary = runs.attempts[1]["summary"]
+    # --sharding auto on one machine is full sharding; CPU workers talk over gloo
+    assert (summary["sharding"], summary["transport"]) == ("full", "gloo (CPU): no NCCL")
+    assert summary["health"]["links"] == []  # one node: no link to measure
 
 
 def test_a_nan_step_stops_before_its_update_leaving_the_last_good_checkpoint_newest(runs):
@@ -269,3 +287,15 @@ def test_the_watchdog_gets_the_planned_step_time_and_the_set_bound(runs):
 def test_sigterm_asks_for_a_save_only_while_the_loop_runs(runs):
     assert {s["loop_running"] for s in runs.attempts[1]["steps"]} == {True}
     assert not preemption._training.is_set()  # after the attempt: SIGTERM does what it did before
+
+
+def test_a_checkpoint_flushes_the_records_up_to_its_step(runs):
+    # A worker killed after the checkpoint of step 2 (kill -9: no finally) leaves step 2's record in storage.
+    assert runs.attempts[0]["steps"][2]["records_before"] == [2]
+
+
+def test_the_first_record_after_a_resume_times_the_steps_of_this_attempt_only(runs):
+    # Resumed at step 2, step 3's record is its own step time, not the time since the attempt began divided by the
+    # 3 steps since step 0 (which would triple tokens/s and MFU).
+    records = {r["step"]: r for r in read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text())}
+    assert records[3]["step_time_s"] >= runs.attempts[1]["steps"][0]["seconds"]
