@@ -10,6 +10,7 @@ step 3."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import signal
@@ -27,7 +28,7 @@ from training.config import TrainConfig
 from training.config_rules import validate
 from training.data import synthetic_block
 from training.model import model_config
-from training.records import METRICS_FILE, read_metrics
+from training.records import METRICS_FILE, RecordWriter, read_metrics
 from training.storage import SETTINGS
 from training.worker import DATA_COUNTS_FILE
 
@@ -118,14 +119,19 @@ def runs(tmp_path_factory):
         started_here = not dist.is_initialized()
         if started_here:
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        # The metrics writer's own timer (a write, then 10 s without) must not decide what is in storage when:
+        # here it waits longer than the runs, so only the first record, each checkpoint's flush and the end write.
+        monkeypatch.setattr("training.records.RecordWriter", functools.partial(RecordWriter, interval_s=3600.0))
         spy = _Spy(monkeypatch)
         try:
-            interrupted = _config(tmp, "resumed", checkpoint_every=2, log_every=2, eval_every=3, val_fraction=0.1,
+            # The first attempt logs every step (step 2's record is in storage by step 3 only through the
+            # checkpoint's flush), the second every 2.
+            interrupted = _config(tmp, "resumed", checkpoint_every=2, log_every=1, eval_every=3, val_fraction=0.1,
                                   eval_batches=1, inject_nan_at_step=3, predicted_step_seconds=30.0,
                                   watchdog_step_seconds=900.0)
             spy.metrics_file = tmp / "resumed" / METRICS_FILE
             spy.run(interrupted)
-            spy.run(dataclasses.replace(interrupted, inject_nan_at_step=None))
+            spy.run(dataclasses.replace(interrupted, inject_nan_at_step=None, log_every=2))
             # The pod's preStop hook asks before step 1; SIGTERM reaches the worker before step 3.
             stop_folder = tmp / "stop"
             stop_folder.mkdir()
@@ -223,9 +229,10 @@ def test_each_step_gets_the_runs_accumulation_clip_and_resharding(runs):
 
 
 def test_records_go_out_every_log_every_steps_at_the_last_and_with_each_evaluation(runs):
-    # log_every 2, eval_every 3, 6 steps: records at 2 (first attempt), then 3 (evaluated), 4, 6 (evaluated, last).
+    # eval_every 3, 6 steps: records at 1 and 2 (first attempt, log_every 1), then, with log_every 2, 3 (evaluated),
+    # 4, 6 (evaluated, last).
     records = read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text())
-    assert [r["step"] for r in records] == [2, 3, 4, 6]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 6]
     assert [r["step"] for r in records if r.get("val_loss") is not None] == [3, 6]
 
 
@@ -258,7 +265,7 @@ def test_sigterm_saves_that_step_waited_for_and_ends_the_attempt(runs):
 
 def test_the_records_carry_each_steps_lr_and_the_evaluations_perplexity(runs):
     records = read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text())
-    assert [r["lr"] for r in records] == pytest.approx([LR_PER_STEP[i - 1] for i in (2, 3, 4, 6)], rel=1e-4)
+    assert [r["lr"] for r in records] == pytest.approx([LR_PER_STEP[i - 1] for i in (1, 2, 3, 4, 6)], rel=1e-4)
     evaluated = [r for r in records if r.get("val_loss") is not None]
     assert [r["val_ppl"] for r in evaluated] == pytest.approx([math.exp(r["val_loss"]) for r in evaluated])
 
@@ -291,7 +298,7 @@ def test_sigterm_asks_for_a_save_only_while_the_loop_runs(runs):
 
 def test_a_checkpoint_flushes_the_records_up_to_its_step(runs):
     # A worker killed after the checkpoint of step 2 (kill -9: no finally) leaves step 2's record in storage.
-    assert runs.attempts[0]["steps"][2]["records_before"] == [2]
+    assert runs.attempts[0]["steps"][2]["records_before"] == [1, 2]
 
 
 def test_the_first_record_after_a_resume_times_the_steps_of_this_attempt_only(runs):
