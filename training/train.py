@@ -30,9 +30,19 @@ from training.worker import (DATA_COUNTS_FILE, check_transport, export_model, da
 
 
 def train_func(config: dict) -> dict:
-    import socket
-
+    """Ray Train's entry on each worker: what Ray gives it (its rank, the world size, its device), handed to
+    run_worker."""
     import ray.train
+
+    context = ray.train.get_context()
+    return run_worker(TrainConfig(**config), context.get_world_rank(), context.get_world_size(),
+                      ray.train.torch.get_device())
+
+
+def run_worker(cfg: TrainConfig, rank: int, world: int, device: torch.device) -> dict:
+    """One worker's whole attempt, in a process group already started: restore or build, train, save, export.
+    Rank 0's return value is the run summary."""
+    import socket
 
     from training import checkpoint as ckpt
     from training import faults, preemption, watchdog
@@ -44,10 +54,6 @@ def train_func(config: dict) -> dict:
     from training.storage import ray_checkpoint
     from training.validation_set import fixed_blocks, validation_batches
 
-    cfg = TrainConfig(**config)
-    context = ray.train.get_context()
-    rank, world = context.get_world_rank(), context.get_world_size()
-    device = ray.train.torch.get_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # Before NCCL's first collective; memlock only where the EFA guard runs (CUDA).
