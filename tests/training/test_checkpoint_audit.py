@@ -18,3 +18,21 @@ def test_an_older_checkpoints_per_worker_position_is_read_as_global_rows(tmp_pat
     (tmp_path / "train_state.json").write_text(json.dumps(train_state))
     (tmp_path / "settings.json").write_text(json.dumps({"workers": 2, "micro_batch": 4}))
     assert read_train_state(tmp_path) == (5, position)
+
+
+def test_settle_shares_one_deadline_among_every_pending_save(tmp_path):
+    """The hang watchdog and a stop settle within the grace period: three saves that never finish get one timeout
+    between them, not one each (three timeouts would run past the pod's grace and lose the whole attempt's report)."""
+    import time
+    from concurrent.futures import Future
+
+    from training import checkpoint as ckpt
+
+    saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", print)
+    saves.shipments = [ckpt.Shipment(step, str(tmp_path / "run" / str(step)), Future()) for step in (10, 20, 30)]
+    started = time.monotonic()
+    problems = saves.settle(timeout_s=0.4)
+    assert time.monotonic() - started < 1.0  # one deadline: 0.4 s; one each: at least 1.2 s
+    assert [p.split(":")[0] for p in problems] == ["checkpoint of step 10", "checkpoint of step 20",
+                                                   "checkpoint of step 30"]
+    assert saves.shipments == []
