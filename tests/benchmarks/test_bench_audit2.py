@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import io
 
+import pytest
+
 from benchmarks import bench
 from benchmarks.suites import BENCH_MODEL, Case, Group
 
@@ -92,3 +94,52 @@ def test_a_bad_option_exits_2_naming_it_before_anything_runs(monkeypatch, tmp_pa
     status, ran = _main(monkeypatch, tmp_path, "--model", "no-such-model")
     assert (status, ran) == (2, {})
     assert capsys.readouterr().err.startswith("error: --model: 'no-such-model' is not a built-in config")
+
+
+@pytest.mark.parametrize("suite, package", [
+    # --suite's help: lora needs peft, mfu liger-kernel, fp8 and fp8-80gb torchao (installed, or wheels in .whl/)
+    ("lora", "peft"), ("mfu", "liger_kernel"), ("fp8", "torchao"), ("fp8-80gb", "torchao"),
+])
+def test_a_suite_without_the_package_it_needs_is_refused_before_anything_runs(monkeypatch, tmp_path, capsys, suite, package):
+    monkeypatch.setattr(bench, "wheel_site", _missing)
+    assert _main(monkeypatch, tmp_path, "--suite", suite) == (2, {})
+    assert f"error: --suite {suite}: {package} is not installed" in capsys.readouterr().err
+
+
+def test_an_installed_package_is_used_as_it_is_and_a_missing_one_without_wheels_is_named(monkeypatch, tmp_path):
+    assert bench.wheel_site(tmp_path, "json") is None  # installed: nothing to put on the workers' path
+    monkeypatch.setattr(bench, "WHEELS", tmp_path / "no-wheels")
+    with pytest.raises(RuntimeError, match="not_a_package_here is not installed and .* holds no wheels"):
+        bench.wheel_site(tmp_path, "not_a_package_here")
+    assert not (tmp_path / "site-packages").exists()
+
+
+def test_wheels_are_installed_offline_without_dependencies_into_the_outputs_site(monkeypatch, tmp_path):
+    # A GPU machine may have no registry: pip must not reach one (--no-index) nor pull torch again (--no-deps).
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    (wheels / "peft-0.1-py3-none-any.whl").write_text("")
+    commands = []
+    monkeypatch.setattr(bench, "WHEELS", wheels)
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, check: commands.append(command))
+    assert bench.wheel_site(tmp_path, "not_a_package_here") == str(tmp_path / "site-packages")
+    [command] = commands
+    assert command[1:4] == ["-m", "pip", "install"] and {"--no-index", "--no-deps"} <= set(command)
+    assert command[command.index("--target") + 1] == str(tmp_path / "site-packages")
+    assert command[-1] == str(wheels / "peft-0.1-py3-none-any.whl")
+
+
+@pytest.mark.parametrize("warmup, steps, rounds, gpus, error", [
+    (1, 1, 1, None, None), (1, 1, 1, 1, None),
+    (0, 1, 1, None, "--warmup/--steps: 0/1 must both be at least 1"),
+    (1, 0, 1, None, "--warmup/--steps: 1/0 must both be at least 1"),
+    (1, 1, 0, None, "--rounds: 0 must be at least 1"),
+    (1, 1, 1, 0, "--gpus: 0 must be at least 1"),
+])
+def test_each_count_must_be_at_least_one(monkeypatch, tmp_path, warmup, steps, rounds, gpus, error):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # --cpu sets it
+    args = argparse.Namespace(model="tiny", warmup=warmup, steps=steps, rounds=rounds, gpus=gpus, out=str(tmp_path),
+                              cpu=True)
+    assert bench.check_args(args) == error
+    if error is None:
+        assert args.gpus == 1  # --cpu: one process unless told
