@@ -130,7 +130,7 @@ def test_wheels_are_installed_offline_without_dependencies_into_the_outputs_site
 
 
 @pytest.mark.parametrize("warmup, steps, rounds, gpus, error", [
-    (1, 1, 1, None, None), (1, 1, 1, 1, None),
+    (1, 1, 1, None, None), (1, 1, 1, 1, None), (1, 1, 1, 2, None),
     (0, 1, 1, None, "--warmup/--steps: 0/1 must both be at least 1"),
     (1, 0, 1, None, "--warmup/--steps: 1/0 must both be at least 1"),
     (1, 1, 0, None, "--rounds: 0 must be at least 1"),
@@ -142,4 +142,4 @@ def test_each_count_must_be_at_least_one(monkeypatch, tmp_path, warmup, steps, r
                               cpu=True)
     assert bench.check_args(args) == error
     if error is None:
-        assert args.gpus == 1  # --cpu: one process unless told
+        assert args.gpus == (gpus or 1)  # --cpu: one process unless told
