@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 
 import pytest
 
@@ -137,9 +138,10 @@ def test_wheels_are_installed_offline_without_dependencies_into_the_outputs_site
     (1, 1, 1, 0, "--gpus: 0 must be at least 1"),
 ])
 def test_each_count_must_be_at_least_one(monkeypatch, tmp_path, warmup, steps, rounds, gpus, error):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # --cpu sets it
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     args = argparse.Namespace(model="tiny", warmup=warmup, steps=steps, rounds=rounds, gpus=gpus, out=str(tmp_path),
                               cpu=True)
     assert bench.check_args(args) == error
     if error is None:
         assert args.gpus == (gpus or 1)  # --cpu: one process unless told
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == ""  # --cpu: the workers see no GPU
