@@ -4,6 +4,7 @@ rank's share of a micro-step (training.data's rule), the held-out split, and the
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import torch
@@ -67,3 +68,32 @@ def test_branch_names_a_run_cannot_judge_are_refused(names, error):
 def test_a_control_in_another_order_is_accepted_with_its_order():
     assert parity.branches("bf16, order 2|bf16, order 2, repeated (control)") == [
         ("bf16, order 2", "bf16", 2), ("bf16, order 2, repeated (control)", "bf16", 2)]
+
+
+@pytest.mark.parametrize("val_loss, tail_loss, holds", [
+    # reference: validation loss 2.0, training losses 3,3,3 (tail mean 3.0); tolerance 5%
+    (2.0, 3.0, True),
+    (2.1, 3.0, True), (1.9, 3.0, True),  # exactly 5% either way: within (<=)
+    (2.2, 3.0, False), (1.8, 3.0, False),  # 10% above or below: the gap is judged in absolute value
+    (2.0, 3.3, False), (2.0, 2.7, False),  # the last third's training loss 10% off fails alone
+])
+def test_a_branch_holds_parity_only_with_both_gaps_within_the_tolerance(val_loss, tail_loss, holds):
+    reference = {"val_loss": 2.0, "losses": [3.0, 3.0, 3.0]}
+    branch = {"val_loss": val_loss, "losses": [3.0, 3.0, tail_loss]}
+    assert parity.judge("fp8, order 1", branch, reference, 0.05 + 1e-12)[0] is holds
+
+
+def test_an_earlier_runs_tolerance_is_its_bf16_orders_relative_range(tmp_path):
+    # val losses 1.9, 2.0, 2.1: range 0.2 over mean 2.0 = 10%; the control and fp8 branches do not count.
+    runs = {"bf16, order 1": {"val_loss": 1.9}, "bf16, order 2": {"val_loss": 2.0}, "bf16, order 3": {"val_loss": 2.1},
+            "bf16, order 1, repeated (control)": {"val_loss": 5.0}, "fp8, order 1": {"val_loss": 9.0}}
+    (tmp_path / "parity.json").write_text(json.dumps({"runs": runs, "device": "NVIDIA H100", "tolerance": 0.5}))
+    earlier = parity.earlier_tolerance(str(tmp_path / "parity.json"))
+    assert earlier == {"tolerance": pytest.approx(0.1), "file": "parity.json", "device": "NVIDIA H100"}
+
+
+def test_fp8_is_not_judged_in_a_run_without_a_control():
+    runs = {"bf16, order 1": {"val_loss": 2.0, "losses": [3.0], "order": 1},
+            "fp8, order 1": {"val_loss": 2.0, "losses": [3.0], "order": 1}}
+    lines = parity.verdict_lines(runs, {"tolerance": 0.05, "file": "parity.json", "device": "NVIDIA H100"})
+    assert lines[-1] == "fp8, order 1: not judged: no control ran"
