@@ -13,11 +13,12 @@ from benchmarks import parity
 
 
 def test_blocks_are_seq_len_plus_one_bytes_and_labels_are_inputs_shifted_by_one():
-    stream = torch.arange(12, dtype=torch.uint8)  # 12 bytes: three blocks of 4 (seq_len 3); none left over
-    [batch] = itertools.islice(parity.order_batches(stream, 3, 3, 0, 0, 1), 1)
-    rows = sorted(batch["input_ids"].tolist())
-    assert rows == [[0, 1, 2], [4, 5, 6], [8, 9, 10]]
-    assert sorted(batch["labels"].tolist()) == [[1, 2, 3], [5, 6, 7], [9, 10, 11]]
+    stream = torch.arange(17, dtype=torch.uint8)  # 17 bytes: four blocks of 4 (seq_len 3), the last byte left over
+    batches = [b for b in itertools.islice(parity.order_batches(stream, 3, 2, 0, 0, 1), 2)]
+    assert sorted(row for b in batches for row in b["input_ids"].tolist()) == [[0, 1, 2], [4, 5, 6], [8, 9, 10],
+                                                                              [12, 13, 14]]
+    assert sorted(row for b in batches for row in b["labels"].tolist()) == [[1, 2, 3], [5, 6, 7], [9, 10, 11],
+                                                                           [13, 14, 15]]
 
 
 def test_a_micro_step_gives_each_rank_its_own_consecutive_blocks_of_the_permutation():

@@ -41,8 +41,12 @@ def test_a_node_pulls_a_private_ecr_image_with_a_token_then_the_manifest_and_lay
 def test_the_kubectl_provider_invokes_its_handler_which_describes_the_cluster():
     # aws-cdk-lib's provider framework invokes USER_ON_EVENT_FUNCTION_ARN as its own role; the handler runs
     # `aws eks update-kubeconfig` (eks:DescribeCluster) as the handler's role.
+    def role(name):  # a role with one inline policy, to tell which role's policies judge each call
+        return {**ROLE, "Properties": {**ROLE["Properties"], "Policies": [
+            {"PolicyName": name, "PolicyDocument": {"Statement": []}}]}}
+
     r = _template(
-        FrameworkRole=ROLE, HandlerRole=ROLE,
+        FrameworkRole=role("framework"), HandlerRole=role("handler"),
         Handler={"Type": "AWS::Lambda::Function", "Properties": {
             "FunctionName": "handler", "Role": {"Fn::GetAtt": ["HandlerRole", "Arn"]}}},
         Framework={"Type": "AWS::Lambda::Function", "Properties": {
@@ -53,3 +57,4 @@ def test_the_kubectl_provider_invokes_its_handler_which_describes_the_cluster():
     assert [(c.request.principal, c.request.action, c.request.resource) for c in calls] == [
         (role.format("FrameworkRole"), "lambda:InvokeFunction", "arn:aws:lambda:us-east-2:111122223333:function:handler"),
         (role.format("HandlerRole"), "eks:DescribeCluster", "arn:aws:eks:us-east-2:111122223333:cluster/demo")]
+    assert [[p.name for p in c.policies] for c in calls] == [["FrameworkRole inline framework"], ["HandlerRole inline handler"]]
