@@ -89,3 +89,16 @@ def test_only_synthesized_templates_are_read(tmp_path, capsys):
     (tmp_path / "tree.json").write_text("{}")
     assert main([str(tmp_path)]) == 0
     assert "checks pass for 1 template(s)" in capsys.readouterr().out
+
+
+def test_a_broken_template_fails_the_check_whichever_template_is_read_last(tmp_path, capsys):
+    # cdk.out holds one template per stack: a broken one fails the check even when a clean one sorts after it.
+    clean = json.loads(json.dumps(BROKEN))
+    clean["Resources"]["Template"]["Properties"]["LaunchTemplateData"]["NetworkInterfaces"][0]["InterfaceType"] = "interface"
+    (tmp_path / "A.template.json").write_text(json.dumps(BROKEN))
+    (tmp_path / "B.template.json").write_text(json.dumps(clean))
+    (tmp_path / "C.template.json").write_text(json.dumps(BROKEN))
+    assert main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in err[:-1]] == ["A.template.json", "C.template.json"]
+    assert err[-1].startswith("seams: 2 broken")

@@ -33,9 +33,10 @@ def direct_dependencies(resource: dict) -> set[str]:
                 target = value["Fn::GetAtt"]
                 found.add(target.split(".")[0] if isinstance(target, str) else target[0])
             elif len(value) == 1 and "Fn::Sub" in value:
-                text = value["Fn::Sub"] if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"][0]
+                # A variable of the Sub's own map names no resource, even one spelled like a logical ID.
+                text, variables = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
                 found.update(name.split(".")[0] for name in re.findall(r"\$\{([^}!]+)\}", text)
-                             if not name.startswith("AWS::"))
+                             if not name.startswith("AWS::") and name not in variables)
                 walk(value["Fn::Sub"])
             else:
                 for v in value.values():
