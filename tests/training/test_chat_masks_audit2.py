@@ -39,3 +39,19 @@ def test_the_thinking_block_the_template_writes_after_the_header_is_learned(toke
     rendered, text = learned(tokenizer, messages)
     assert rendered.endswith("A: <t></t>Hello.\n")
     assert text == "<t></t>Hello.\n"  # from the end of the header 'A: ', not from the reply's own text
+
+
+def test_generation_spans_read_from_a_render_of_other_tokens_of_the_same_count_are_refused(tokenizer):
+    # The spans index the template's own tokenization: token ids that differ from it, even at the same count, are
+    # not the tokens the mask was read for.
+    from training.sources import DataError
+
+    template = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+                "{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    messages = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]
+    ids = list(tokenizer.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=True)["input_ids"])
+    rendered = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False)
+    offsets = [(0, len(rendered))] * len(ids)
+    assert len(learned_tokens(messages, tokenizer, rendered, ids, offsets, template=template)) == len(ids)
+    with pytest.raises(DataError, match="generation spans were read from a render that tokenizes differently"):
+        learned_tokens(messages, tokenizer, rendered, [i + 1 for i in ids], offsets, template=template)
