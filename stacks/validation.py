@@ -99,6 +99,12 @@ def validate(s: Settings, context: typing.Mapping[str, typing.Any] | None = None
                  "endpoint_public_cidrs: a public endpoint needs at least one CIDR; none would leave EKS's default, "
                  "0.0.0.0/0 (every address): give your CIDRs, 0.0.0.0/0 on purpose, `none` to unset it (`make "
                  "deploy` then uses your address), or endpoint_access=private")
+        # A public-only endpoint: the nodes' calls leave the VPC through the NAT gateways this stack creates, so a
+        # list without them keeps every node from joining (EKS API reference, VpcConfigRequest.endpointPrivateAccess).
+        _require(s.endpoint_access != "public" or "0.0.0.0/0" in s.endpoint_public_cidrs,
+                 "endpoint_public_cidrs: with endpoint_access=public the nodes reach the API from the NAT gateways' "
+                 "addresses, which this stack creates and no list can name: use endpoint_access=public_and_private "
+                 "(the nodes stay inside the VPC), or 0.0.0.0/0 on purpose")
         _require(len(s.endpoint_public_cidrs) <= MAX_PUBLIC_ENDPOINT_CIDRS,
                  f"endpoint_public_cidrs: {len(s.endpoint_public_cidrs)} CIDRs; EKS takes at most "
                  f"{MAX_PUBLIC_ENDPOINT_CIDRS} per cluster (a quota that cannot be raised): merge ranges")

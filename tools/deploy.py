@@ -51,6 +51,9 @@ def endpoint_context(s: Settings, egress_ip) -> tuple[list[str], str | None]:
 
     if s.endpoint_public_cidrs is not None or s.endpoint_access == "private":
         return [], None
+    if s.endpoint_access == "public":  # the nodes' calls come from the NAT gateways' addresses (stacks/validation.py)
+        return [], ("EKS API endpoint: public access from every address (endpoint_access=public: the nodes reach it "
+                    "through the NAT; endpoint_access=public_and_private limits it to your address)")
     try:
         address = ipaddress.IPv4Address(egress_ip().strip())
     except (OSError, ValueError) as error:

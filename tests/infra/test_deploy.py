@@ -258,3 +258,12 @@ def test_a_federated_identity_stops_the_deploy_with_the_way_out(monkeypatch, cap
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "is a federated-user, which EKS access entries do not take" in err
     assert err.endswith(" (your identity; set -c admin_principal_arn=<a role ARN> to choose another)\n")
+
+
+def test_a_public_only_endpoint_stays_open_because_the_nodes_reach_it_through_the_nat():
+    """EKS API reference, VpcConfigRequest: with private access off, publicAccessCidrs must hold the nodes' addresses
+    (here the NAT gateways this stack creates); the deployer's /32 alone would keep every node from joining."""
+    s = settings_from_files(ROOT / "cdk.json", ["endpoint_access=public"])
+    args, note = endpoint_context(s, lambda: pytest.fail("the check service must not be asked"))
+    assert args == []
+    assert note.startswith("EKS API endpoint: public access from every address (endpoint_access=public")

@@ -21,6 +21,9 @@ def settings(**overrides):
     ({"training.ttl_seconds_after_finished": -1}, r"^training.ttl_seconds_after_finished: -1 must be between 0 and 86400"),
     ({"training.submitter_backoff_limit": 11}, r"^training.submitter_backoff_limit: 11 must be between 0 and 10$"),
     # EKS Kubernetes release calendar: 1.30's extended support ended 2026-07-23.
+    # EKS API reference, VpcConfigRequest: private access off, the CIDRs must hold the nodes' (NAT) addresses.
+    ({"endpoint_access": "public", "endpoint_public_cidrs": ["203.0.113.7/32"]},
+     r"^endpoint_public_cidrs: with endpoint_access=public the nodes reach the API from the NAT gateways' addresses"),
     ({"kubernetes_version": "1.30"}, r"^kubernetes_version: EKS can no longer create 1.30 \(extended support ended "
                                      r"2026-07-23\); allowed: "),
 ])
@@ -33,6 +36,7 @@ def test_the_other_end_of_a_range_is_refused_with_its_line(overrides, message):
     {"gpu_capacity_type": "spot", "gpu_spot_interruptions": 20},
     # A public endpoint's CIDRs apply to public_and_private too (only a private endpoint has none).
     {"endpoint_access": "public_and_private", "endpoint_public_cidrs": ["203.0.113.0/24"]},
+    {"endpoint_access": "public", "endpoint_public_cidrs": ["0.0.0.0/0"]},
     # Without an account the stack's account is whichever deploys it: an ARN of the stack's region passes.
     {"training.tracking": "wandb",
      "training.wandb_api_key_secret": "arn:aws:secretsmanager:us-east-2:111122223333:secret:wandb-AbCdEf"},
@@ -40,7 +44,7 @@ def test_the_other_end_of_a_range_is_refused_with_its_line(overrides, message):
      "training.wandb_api_key_secret": "arn:aws:secretsmanager:us-east-2:111122223333:secret:wandb-AbCdEf"},
     {"training.tracking": "mlflow",
      "training.mlflow_tracking_uri": "arn:aws:sagemaker:us-east-2:111122223333:mlflow-tracking-server/team"},
-], ids=["spot-interruptions-20", "public-and-private-cidrs", "wandb-arn-no-account", "wandb-arn-same-account",
+], ids=["spot-interruptions-20", "public-and-private-cidrs", "public-open-on-purpose", "wandb-arn-no-account", "wandb-arn-same-account",
         "mlflow-arn-no-account"])
 def test_accepted(overrides):
     settings(**overrides)
