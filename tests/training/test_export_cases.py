@@ -56,3 +56,21 @@ def test_adapters_not_trained_yet_export_the_base_weights_and_keep_all_of_their_
     assert kept == 1.0  # nothing to round away: no division by the zero update
     name = "model.layers.0.self_attn.q_proj.weight"
     assert torch.equal(weights[name], state[f"lm.{name.replace('.weight', '.base_layer.weight')}"].to(torch.bfloat16))
+
+
+def test_a_tensor_with_the_right_count_in_the_wrong_shape_fails_the_export():
+    """A transposed matrix holds as many numbers as the architecture's: only its shape tells, and loading it would
+    fail later with a traceback (or serve a scrambled layer)."""
+    from transformers import AutoModelForCausalLM
+
+    from training.export import ExportError
+
+    config = builtin_config("tiny")
+    state = {f"lm.{k}": v for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+    name = "model.layers.0.mlp.gate_proj.weight"
+    rows, columns = state[f"lm.{name}"].shape
+    assert rows != columns
+    state[f"lm.{name}"] = state[f"lm.{name}"].t().contiguous()
+    with pytest.raises(ExportError, match=rf"1 tensor\(s\) have the wrong shape, e\.g\. {name}: \({columns}, {rows}\), "
+                                          rf"the architecture's \({rows}, {columns}\)"):
+        merged_weights(state, config)
