@@ -759,3 +759,26 @@ def test_a_pre_running_deadline_is_explained_in_one_line():
     line = cs.rayjob_report(rayjob).line
     assert "\n" not in line
     assert "partner was refused capacity" in line and "training.backoff_limit" in line
+
+
+def test_the_progress_lines_read_the_autoscalers_own_events_in_kube_system(monkeypatch):
+    """Cluster Autoscaler records a group's scale-up and its failures (core/scaleup/orchestrator/executor.go,
+    LogRecorder) on its status ConfigMap in kube-system, not on the job's pods: a watch reading only the job's
+    namespace would never say that the GPU group failed to launch."""
+    from kubernetes import client
+
+    from stacks.settings import Settings
+    from tools import watch
+
+    failed = _event("FailedToScaleUpGroup", "cluster-autoscaler-status", "Scale-up failed for group eks-gpu: "
+                    "InsufficientInstanceCapacity", "2026-11-30T10:03:00Z")
+    failed["involvedObject"]["kind"] = "ConfigMap"
+
+    class Api(_ProgressApi):
+        def list_namespaced_event(self, namespace):
+            return type("Events", (), {"items": [failed] if namespace == "kube-system" else []})()
+
+    monkeypatch.setattr(client, "CoreV1Api", lambda _: Api(events=[], nodes=[[]]))
+    monkeypatch.setattr(watch, "_plain", lambda api_, obj: obj)
+    assert watch.progress_reporter(None, Settings(), "training")()[0] == (
+        "scale-up failed: cluster-autoscaler-status: Scale-up failed for group eks-gpu: InsufficientInstanceCapacity")
