@@ -41,7 +41,7 @@ def check_inputs(c: TrainConfig) -> None:
             model_config(c)
     if c.model.startswith("s3://"):
         _check_s3("--model", c.model.rstrip("/") + "/config.json")
-    elif c.lora_rank and HUB_ID.fullmatch(c.model) is not None:  # a built-in or a local folder: its architecture is here
+    elif c.lora_rank and HUB_ID.fullmatch(c.model) is None:  # a built-in or a local folder: its architecture is here
         from training.model import lora_config, model_config
 
         lora_config(c, model_config(c))  # the named target modules exist

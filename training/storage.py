@@ -169,7 +169,7 @@ def missing_files(fs, path: str, sizes: dict[str, int] | None = None, world: int
     try:
         with fs.open_input_stream(f"{path}/.metadata") as stream:
             metadata = pickle.loads(stream.read())  # DCP's own format: a pickled Metadata object
-    except (OSError, pickle.UnpicklingError, AttributeError, ImportError):
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
         return ".metadata unreadable (cut short)"
     needed: dict[str, int] = {}
     for info in (getattr(metadata, "storage_data", None) or {}).values():

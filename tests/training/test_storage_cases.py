@@ -59,3 +59,11 @@ def test_every_ranks_random_state_is_needed_rank_0s_and_the_last_ones_included(t
 def test_a_metadata_that_names_no_shard_proves_nothing_whole(tmp_path):
     folder = _folder(tmp_path, {".metadata": _metadata({}), "rng-rank0.pt": b"r"})
     assert missing_files(pyarrow.fs.LocalFileSystem(), folder, world=1) == ".metadata names no shard"
+
+
+@pytest.mark.parametrize("metadata", [b"", b"\x80\x04\x95"], ids=["empty (EOFError)", "cut after the header (UnpicklingError)"])
+def test_a_metadata_cut_short_anywhere_is_unreadable_not_a_traceback(tmp_path, metadata):
+    """An upload stopped before its first byte leaves an empty .metadata, on which pickle raises EOFError, not
+    UnpicklingError: both are a checkpoint that is not complete, passed over by the resume."""
+    folder = _folder(tmp_path, {".metadata": metadata, "rng-rank0.pt": b"r"})
+    assert missing_files(pyarrow.fs.LocalFileSystem(), folder, world=1) == ".metadata unreadable (cut short)"
