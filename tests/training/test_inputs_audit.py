@@ -37,6 +37,9 @@ def test_s3_data_without_any_aws_credentials_is_one_line_naming_the_option(monke
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask, and no network
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    import boto3
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session keeps the credentials it found
     with pytest.raises(ConfigError, match=r"^--data: cannot read s3://data-bucket/train\.jsonl: Unable to locate "
                                           r"credentials$"):
         check_inputs(validate(TrainConfig(model="o/m", data="s3://data-bucket/train.jsonl")))
