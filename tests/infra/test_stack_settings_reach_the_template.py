@@ -252,18 +252,27 @@ def test_wandb_api_key_secret_is_the_one_secret_the_workers_read_through_the_pod
     assert len(w.denials([other])) == 1
 
 
-@pytest.mark.parametrize("path,value", [
-    (("activeDeadlineSeconds",), 7200),
-    (("preRunningDeadlineSeconds",), 900),
+# CHANGED's job limits and the RayJob spec fields KubeRay reads them from.
+JOB_LIMIT_FIELDS = [
+    (("activeDeadlineSeconds",), 7200),  # training.active_deadline_seconds
+    (("preRunningDeadlineSeconds",), 900),  # training.pre_running_deadline_seconds
     (("backoffLimit",), 6),  # training.backoff_limit 2 and gpu_spot_interruptions 4
-    (("submitterConfig", "backoffLimit"), 3),
-    (("ttlSecondsAfterFinished",), 600),
-])
-def test_job_limits_reach_the_rayjob_fields_kuberay_reads(ray_job, path, value):
+    (("submitterConfig", "backoffLimit"), 3),  # training.submitter_backoff_limit
+    (("ttlSecondsAfterFinished",), 600),  # training.ttl_seconds_after_finished
+]
+
+
+def spec_field(ray_job: dict, path: tuple):
+    """The value at `path` under the RayJob's spec."""
     found = ray_job["spec"]
     for key in path:
         found = found[key]
-    assert found == value
+    return found
+
+
+@pytest.mark.parametrize("path,value", JOB_LIMIT_FIELDS)
+def test_job_limits_reach_the_rayjob_fields_kuberay_reads(ray_job, path, value):
+    assert spec_field(ray_job, path) == value
 
 
 def test_rerun_is_a_new_run_name(ray_job):

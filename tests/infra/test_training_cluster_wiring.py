@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import UNDER_MUTATION, resources_of
 from tests.infra.test_cluster_software import manifest_of
 from tests.infra.test_stack_settings_reach_the_template import (  # noqa: F401 - changed, ray_job: its fixtures
-    changed, gpu_nodegroup, launch_template_of, ray_job, system_nodegroup, worker_container)
+    JOB_LIMIT_FIELDS, changed, gpu_nodegroup, launch_template_of, ray_job, spec_field, system_nodegroup,
+    worker_container)
 
 pytestmark = pytest.mark.skipif(UNDER_MUTATION, reason="no synthesis under mutation testing")
 
@@ -76,20 +77,13 @@ def test_gpu_node_taint_decides_the_tolerations_of_the_workers_and_both_device_p
 
 
 @pytest.mark.parametrize("path,value", [
-    (("activeDeadlineSeconds",), 7200),  # training.active_deadline_seconds
-    (("preRunningDeadlineSeconds",), 900),  # training.pre_running_deadline_seconds
-    (("backoffLimit",), 6),  # backoff_limit 2 + gpu_spot_interruptions 4
-    (("submitterConfig", "backoffLimit"), 3),  # training.submitter_backoff_limit
-    (("ttlSecondsAfterFinished",), 600),  # training.ttl_seconds_after_finished
+    *JOB_LIMIT_FIELDS,
     (("rayClusterSpec", "rayVersion"), "2.59.0"),  # training.ray_version
     (("rayClusterSpec", "workerGroupSpecs", 0, "replicas"), 4),  # gpu_node_count
     (("rayClusterSpec", "workerGroupSpecs", 0, "template", "spec", "terminationGracePeriodSeconds"), 150),
 ])
 def test_each_job_setting_reaches_its_own_rayjob_field(ray_job, path, value):
-    found = ray_job["spec"]
-    for key in path:
-        found = found[key]
-    assert found == value
+    assert spec_field(ray_job, path) == value
 
 
 def test_the_two_secrets_reach_the_workers_under_their_own_names(ray_job):
