@@ -43,8 +43,9 @@ def _device(rank: int) -> torch.device:
     return torch.device("cuda", rank) if GPUS else torch.device("cpu")
 
 
-def _build(precision: str, rank: int, world: int):
-    """The trainer's build_model and optimizer; on the CPU, fp8 with torchao's emulation."""
+def _build(precision: str, rank: int, world: int, intermediate_size: int | None = None):
+    """The trainer's build_model and optimizer; on the CPU, fp8 with torchao's emulation. intermediate_size: the
+    tiny model's MLP width instead of its own."""
     import contextlib
     from unittest import mock
 
@@ -52,6 +53,10 @@ def _build(precision: str, rank: int, world: int):
     from training.step import make_optimizer
 
     with contextlib.ExitStack() as emulated:
+        if intermediate_size:
+            config = model_module.builtin_config("tiny")
+            config.intermediate_size = intermediate_size
+            emulated.enter_context(mock.patch.object(model_module, "builtin_config", lambda name: config))
         if not GPUS:
             emulated.enter_context(mock.patch.object(model_module, "check_fp8_device", lambda device: None))
             emulated.enter_context(mock.patch.object(model_module, "convert_to_fp8",
@@ -95,6 +100,27 @@ def _full_adam_state(model, optimizer) -> dict[str, torch.Tensor]:
     """AdamW's exp_avg and exp_avg_sq of every parameter, gathered."""
     return {f"{name} {moment}": _plain(optimizer.state[p][moment]) for name, p in model.named_parameters()
             for moment in ("exp_avg", "exp_avg_sq")}
+
+
+UNEVEN_WIDTH = 37
+"""An MLP width that 2 ranks shard unevenly: FSDP2 gives rank 0 19 rows of up_proj's weight and rank 1 18."""
+
+
+def _uneven_shards_unwrapped(rank: int, world: int) -> dict:
+    """A fresh fp8 model whose up_proj weights are sharded unevenly: the first one as plain_tensors gives it from
+    the model's state dict (as checkpoints take it), its global shape, and its gathered values beside the weight's."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    from training.fp8 import plain_tensors
+
+    model, _ = _build("fp8", rank, world, intermediate_size=UNEVEN_WIDTH)
+    name = "lm.model.layers.0.mlp.up_proj.weight"
+    weight = model.get_parameter(name)
+    plain = plain_tensors(get_model_state_dict(model))[name]
+    # Gathered only where every rank holds the right global shape: with a wrong one the ranks' gathers disagree.
+    return {"type": type(plain.to_local()).__name__, "shape": tuple(plain.shape),
+            "gathered": plain.full_tensor().detach().clone() if plain.shape == weight.shape else None,
+            "weight": _plain(weight)}
 
 
 RESUMED_STEPS = 2
@@ -147,6 +173,8 @@ def _worker(rank: int, world: int, store: str, tmp: str) -> None:
             steps = RESUMED_STEPS if precision == "fp8" else 1
             result[f"resumed in {precision}"] = [_step(model, optimizer, resumed, precision) for _ in range(steps)]
             result[f"resumed state in {precision}"] = _full_weights(model) | _full_adam_state(model, optimizer)
+    if world == 2:
+        result["uneven"] = _uneven_shards_unwrapped(rank, world)
     if rank == 0:
         torch.save(result | {"losses": losses}, f"{tmp}/world{world}.pt")
     leave()
@@ -235,6 +263,15 @@ def test_an_fp8_checkpoint_resumes_in_bf16(fp8_run):
     # The same weights and batch without float8 rounding: within the 2% of the fp8 parity test.
     [resumed], first = run["resumed in bf16"], run["uninterrupted"][0]
     assert resumed == pytest.approx(first, rel=0.02) and resumed != first
+
+
+@pytest.mark.skipif(2 not in WORLDS, reason="uneven shards need 2 ranks")
+def test_plain_tensors_keeps_the_global_shape_of_an_unevenly_sharded_weight(fp8_run):
+    # up_proj's weight is 37 x 64 (UNEVEN_WIDTH x the tiny model's hidden size 64), held as 19 + 18 rows: rebuilt
+    # from rank 0's 19 rows alone, the DTensor would claim 38.
+    uneven = _run(fp8_run, 2)["uneven"]
+    assert uneven["type"] == "Tensor" and uneven["shape"] == (37, 64)
+    assert uneven["weight"].shape == (37, 64) and torch.equal(uneven["gathered"], uneven["weight"])
 
 
 def test_plain_tensors_leaves_a_state_without_torchao_untouched():
