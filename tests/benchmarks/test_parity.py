@@ -178,6 +178,35 @@ def test_a_subset_without_three_bf16_orders_and_no_earlier_tolerance_is_one_line
                                        "--tolerance-from an earlier run's parity.json\n")
 
 
+class BranchesRan(Exception):
+    """parity.run reached: the branches would now be trained (minutes, and gigabytes on a laptop)."""
+
+
+@pytest.fixture
+def branches_not_run(monkeypatch):
+    def reached(args, earlier=None):
+        raise BranchesRan(" | ".join(name for name, _, _ in args.branches))
+
+    monkeypatch.setattr(parity, "run", reached)
+
+
+@pytest.mark.parametrize("names", ["bf16, order 1|bf16, order 2",
+                                   "bf16, order 1|bf16, order 2|bf16, order 1, repeated (control)"],
+                         ids=["two orders", "two orders and a control"])
+def test_two_bf16_orders_without_an_earlier_tolerance_are_refused_before_any_branch_runs(names, tmp_path, capsys,
+                                                                                         branches_not_run):
+    # A range over two values is no spread to judge by; the refusal is one line, and no branch trains.
+    assert parity.main(["--out", str(tmp_path / "out"), "--cpu", "--branches", names]) == 2
+    assert capsys.readouterr().err == ("error: --branches: fewer than three bf16 data orders set no tolerance; add "
+                                       "--tolerance-from an earlier run's parity.json\n")
+
+
+def test_three_bf16_orders_set_their_own_tolerance_and_their_branches_run(tmp_path, branches_not_run):
+    names = "bf16, order 1|bf16, order 2|bf16, order 3"
+    with pytest.raises(BranchesRan, match="^" + re.escape(names.replace("|", " | ")) + "$"):
+        parity.main(["--out", str(tmp_path / "out"), "--cpu", "--branches", names])
+
+
 def test_a_cpu_run_writes_each_branch_and_its_control_matches_its_bf16_branch_exactly(tmp_path):
     """The whole `python -m benchmarks.parity` on the CPU, one step of two branches: what the GPU run would do, in
     seconds. On the CPU a repeated branch is bit-identical (same warm checkpoint, same batches)."""
