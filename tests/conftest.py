@@ -226,5 +226,13 @@ def local_ray(num_cpus: int):
 
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR",
              runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+    # Ray Train's controller registers every run with Ray's autoscaling coordinator, a detached actor it creates on
+    # first use, and waits 5 s for each answer (ray/train/v2/_internal/execution/scaling_policy/
+    # autoscaling_coordinator_client.py): on a busy 2-core machine the new actor's process is not up by then, and the
+    # module's first run lost two 5 s timeouts. Asked for here, without waiting, it comes up during the fixtures.
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        get_or_create_autoscaling_coordinator)
+
+    get_or_create_autoscaling_coordinator()
     yield
     ray.shutdown()
