@@ -33,6 +33,18 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def fewer_shuffle_blocks():
+    """A shuffled dataset cut into 8 blocks instead of training.data's 64: each block is three Ray tasks an execution
+    (split, shuffle, pack), and 64 made each execution of the test corpus take 10-30 s here. The order's properties
+    (seeded, across files, the same on every execution) hold for any fixed count."""
+    import training.data
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training.data, "SHUFFLE_INPUT_BLOCKS", 8)
+        yield
+
+
+@pytest.fixture(scope="module")
 def ray_with_faults(mlflow_server, workspace):
     with fault_chains.fault_environment(workspace):  # before Ray starts: the workers inherit it
         yield from local_ray(3)

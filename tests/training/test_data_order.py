@@ -13,25 +13,18 @@ import torch
 import torch.distributed as dist
 
 from tests.conftest import DATA, local_ray
-import training.data
 from training.config import TrainConfig
 from training.data import DataFormat, packed_dataset
 from training.data_plan import dataset_batches, dataset_pass
 from benchmarks.tiny_model import save_tiny_model
 
 
+pytestmark = pytest.mark.usefixtures("fewer_shuffle_blocks")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def ray_for_the_module():
     yield from local_ray(2)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fewer_shuffle_blocks():
-    """The order's properties hold for any fixed count of shuffle blocks; each block costs three Ray tasks an
-    execution (split, shuffle, pack), and 64 made each execution of these 120 records take 10-30 s here."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(training.data, "SHUFFLE_INPUT_BLOCKS", 8)
-        yield
 
 
 @pytest.fixture(scope="module")

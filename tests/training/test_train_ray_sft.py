@@ -20,7 +20,7 @@ from tests.training import fault_chains
 from tests.training.conftest import assert_only_judged_rest_calls, config, losses
 from benchmarks.tiny_model import save_tiny_model
 
-pytestmark = pytest.mark.usefixtures("ray_with_faults")
+pytestmark = pytest.mark.usefixtures("fewer_shuffle_blocks", "ray_with_faults")
 
 
 def hub_layout_dataset(folder: Path) -> str:
