@@ -1,0 +1,96 @@
+"""tools/review.py's paths no other test of the module ran: a job entrypoint the trainer would refuse or nodes the
+planner cannot size (no plan lines), the per-run seconds without an autoscaler, a ConfigMap without the trainer's
+archive, and `python -m tools.review cdk.out` itself over a cloud assembly."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import zipfile
+
+import pytest
+
+from tests.infra.test_review_wiring import rayjob_template
+from tools import review
+
+
+@pytest.mark.parametrize("entrypoint", [
+    "python -m training.train --instance-type g6.12xlarge --workers 0",  # the trainer refuses it: no plan to show
+    "python -m training.train --instance-type m7i.xlarge --workers 8",  # a CPU type: no GPUs to plan on
+    "python -m training.train --instance-type x9.unknown --workers 8",  # a type the table does not know
+])
+def test_a_job_the_planner_cannot_size_has_no_plan(monkeypatch, entrypoint):
+    import planning.auto
+
+    monkeypatch.setattr(planning.auto, "model_of", lambda cfg, context, needed: "model")
+    assert review._job_plan(rayjob_template(entrypoint)) is None
+
+
+def test_a_model_the_synth_did_not_size_has_no_plan(monkeypatch):
+    import planning.auto
+
+    monkeypatch.setattr(planning.auto, "model_of", lambda cfg, context, needed: None)
+    assert review._job_plan(rayjob_template("python -m training.train --instance-type g6.12xlarge --workers 8")) is None
+
+
+def test_no_plan_gives_no_stop_line_and_no_billed_seconds(monkeypatch):
+    monkeypatch.setattr(review, "_job_plan", lambda template: None)
+    assert review.training_stop_line({}) is None
+    assert review.job_billed_s({}) is None and review.job_cost_usd({}) is None
+
+
+def _with_autoscaler(template: dict, unneeded: str) -> dict:
+    chart = {"Type": "Custom::AWSCDK-EKS-HelmChart",
+             "Properties": {"Chart": "cluster-autoscaler",
+                            "Values": json.dumps({"extraArgs": {"scale-down-unneeded-time": unneeded}})}}
+    return {"Resources": {**template["Resources"], "Autoscaler": chart}}
+
+
+def test_the_billed_seconds_are_start_training_ttl_and_scale_down_and_none_without_an_autoscaler(monkeypatch):
+    # Fixed GPU nodes (gpu_scale_to_zero false) bill from deploy to destroy: no per-run seconds to give.
+    job = {"kind": "RayJob", "metadata": {"name": "job"}, "spec": {"entrypoint": "x", "ttlSecondsAfterFinished": 300}}
+    template = {"Resources": {"Job": {"Type": "Custom::AWSCDK-EKS-KubernetesResource",
+                                      "Properties": {"Manifest": json.dumps([job])}}}}
+    monkeypatch.setattr(review, "training_estimate", lambda t: ("line", type("E", (), {"run_s": 1800.0})()))
+    assert review.job_billed_s(template) is None
+    assert review.job_billed_s(_with_autoscaler(template, "10m")) == (review.first_step_s(), 1800.0, 300, 600.0)
+
+
+def _configmap(data: dict) -> dict:
+    return {"Type": "Custom::AWSCDK-EKS-KubernetesResource",
+            "Properties": {"Manifest": json.dumps([{"apiVersion": "v1", "kind": "ConfigMap",
+                                                    "metadata": {"name": "cm"}, **data}])}}
+
+
+def test_only_a_configmap_carrying_the_trainer_archive_is_measured():
+    from cdk_constructs.trainer_archive import ARCHIVE_KEY
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("train.py", "x = 1\n")
+        archive.writestr("config.py", "y = 2\n")
+    encoded = base64.b64encode(buffer.getvalue()).decode()
+    template = {"Resources": {"Other": _configmap({"data": {"k": "v"}}),
+                              "Trainer": _configmap({"binaryData": {ARCHIVE_KEY: encoded}})}}
+    [line] = review.configmap_lines(template)
+    assert line.startswith("trainer ConfigMap: ") and line.endswith("2 modules: train, config")
+
+
+def test_the_cli_reviews_each_stack_of_the_assembly_with_its_nag_findings(tmp_path, capsys):
+    (tmp_path / "Stack.template.json").write_text(json.dumps({"Resources": {}}))
+    (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {
+        "Tree": {"type": "cdk:tree", "properties": {"file": "tree.json"}},
+        "Stack": {"type": "aws:cloudformation:stack", "environment": "aws://123456789012/us-east-2",
+                  "properties": {"templateFile": "Stack.template.json"}}}}))
+    (tmp_path / "AwsSolutions-Stack-NagReport.csv").write_text(
+        "Rule ID,Resource ID,Compliance,Exception Reason,Rule Level,Rule Info\n"
+        "AwsSolutions-IAM4,Stack/Role,Non-Compliant,N/A,Error,managed policy\n")
+    assert review.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "== Stack (aws://123456789012/us-east-2)"
+    assert "   0 resources" in out
+    assert "   cdk-nag: 1 checks, 1 finding(s), 0 suppressed" in out
+    assert "   error AwsSolutions-IAM4 (non-compliant) Stack/Role: managed policy" in out
+    assert out[-1] == f"   review everything in {tmp_path / 'Stack.template.json'}"
+    assert not [line for line in out if "Tree" in line]
