@@ -81,6 +81,7 @@ def test_the_cli_reviews_each_stack_of_the_assembly_with_its_nag_findings(tmp_pa
     (tmp_path / "Stack.template.json").write_text(json.dumps({"Resources": {}}))
     (tmp_path / "manifest.json").write_text(json.dumps({"artifacts": {
         "Tree": {"type": "cdk:tree", "properties": {"file": "tree.json"}},
+        "Stack.assets": {"type": "cdk:asset-manifest", "properties": {"file": "Stack.assets.json"}},
         "Stack": {"type": "aws:cloudformation:stack", "environment": "aws://123456789012/us-east-2",
                   "properties": {"templateFile": "Stack.template.json"}}}}))
     (tmp_path / "AwsSolutions-Stack-NagReport.csv").write_text(
@@ -93,4 +94,4 @@ def test_the_cli_reviews_each_stack_of_the_assembly_with_its_nag_findings(tmp_pa
     assert "   cdk-nag: 1 checks, 1 finding(s), 0 suppressed" in out
     assert "   error AwsSolutions-IAM4 (non-compliant) Stack/Role: managed policy" in out
     assert out[-1] == f"   review everything in {tmp_path / 'Stack.template.json'}"
-    assert not [line for line in out if "Tree" in line]
+    assert not [line for line in out if "Tree" in line or "assets" in line]
