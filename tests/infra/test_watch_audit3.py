@@ -241,3 +241,36 @@ def test_unreadable_spot_prices_fall_back_to_on_demand_and_a_summary_that_cannot
     assert "(bill not written into the run summary" in out
     assert priced["spot"] == {} and priced["lives"] == {"ids": ["i-gpu-a"]}
     assert priced["g6"] == pytest.approx(4.6016)
+
+
+def test_job_is_over_reads_the_named_rayjob_and_kuberays_terminal_states(monkeypatch):
+    asked = []
+
+    class Custom:
+        def get_namespaced_custom_object(self, *args):
+            asked.append(args)
+            return _done(succeeded=False)
+
+    monkeypatch.setattr(client, "CustomObjectsApi", lambda _: Custom())
+    assert watch.job_is_over(None, "training", "ft-1") is True
+    assert asked == [("ray.io", "v1", "training", "rayjobs", "ft-1")]
+    monkeypatch.setattr(Custom, "get_namespaced_custom_object", lambda self, *args: load("rayjob-running.json"))
+    assert watch.job_is_over(None, "training", "ft-1") is False
+
+
+def test_main_notes_pending_instances_of_its_cluster_and_prints_the_measured_bill(seen, monkeypatch, capsys):  # noqa: F811
+    # The reporter main builds gets the recorder and a pending check bound to the stack's cluster and EC2 in its region.
+    reporters, sightings = [], []
+    monkeypatch.setattr(watch, "progress_reporter", lambda *args: reporters.append(args) or "reporter")
+    monkeypatch.setattr(watch.bill, "pending_sightings", lambda ec2, cluster, pending, now: sightings.append(
+        (ec2, cluster, pending)))
+    assert watch.main(["--cdk-json", str(ROOT / "cdk.json")]) == 0
+    [(api, s, namespace, recorder, pending_check)] = reporters
+    assert (api, namespace) == ("api", "ns")
+    pending_check()
+    assert sightings == [("ec2@us-east-2", "c1", {})]
+    assert capsys.readouterr().out.splitlines()[-1] == "billing"  # no GPU node recorded: no measured bill
+    recorder.observe([_node("gpu-a")], [], watch.datetime.now(watch.timezone.utc))
+    monkeypatch.setattr(watch, "NodeRecorder", lambda: recorder)
+    watch.main(["--cdk-json", str(ROOT / "cdk.json")])
+    assert capsys.readouterr().out.splitlines()[-2:] == ["billing", "measured"]
