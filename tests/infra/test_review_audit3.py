@@ -95,3 +95,51 @@ def test_the_cli_reviews_each_stack_of_the_assembly_with_its_nag_findings(tmp_pa
     assert "   error AwsSolutions-IAM4 (non-compliant) Stack/Role: managed policy" in out
     assert out[-1] == f"   review everything in {tmp_path / 'Stack.template.json'}"
     assert not [line for line in out if "Tree" in line or "assets" in line]
+
+
+def test_partial_capacity_bills_each_attempts_deadline_then_the_ttl_and_the_scale_down():
+    # 2 attempts (backoffLimit 1) x 1,200 s + 300 s TTL + 600 s scale-down = 3,300 s = 55 min; x $4.6016/h = $4.22.
+    job = {"preRunningDeadlineSeconds": 1200, "backoffLimit": 1, "ttlSecondsAfterFinished": 300}
+    assert review.partial_capacity_lines(job, 4.6016, 600.0) == [
+        "partial capacity: a GPU node whose partner gets no capacity bills ~55 min, ~$4.22 (2 attempt(s) x "
+        "preRunningDeadlineSeconds 1200 + TTL 5 min + scale-down 10 min)"]
+
+
+def test_without_a_pre_running_deadline_a_lone_node_waits_for_the_active_deadline():
+    # 3,600 s + 300 s TTL + 600 s scale-down = 4,500 s = 75 min; x $4.6016/h = $5.75.
+    job = {"activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 300}
+    assert review.partial_capacity_lines(job, 4.6016, 600.0) == [
+        "partial capacity: a GPU node whose partner gets no capacity bills until activeDeadlineSeconds: ~75 min, ~$5.75"]
+
+
+def _priced_job_template(usd_per_hour: float) -> dict:
+    from cdk_constructs.instance_types import PRICE_METADATA
+
+    template = rayjob_template("python -m training.train --instance-type g6.12xlarge --workers 8")
+    template["Resources"]["Gpu"] = {
+        "Type": "AWS::EKS::Nodegroup", "Metadata": {PRICE_METADATA: {"usd_per_hour": usd_per_hour, "basis": "spot",
+                                                                     "moves": True}},
+        "Properties": {"InstanceTypes": ["g6.12xlarge"], "ScalingConfig": {"MinSize": 0, "MaxSize": 2}}}
+    return template
+
+
+def test_the_plan_is_costed_at_the_priced_node_hour_times_the_jobs_nodes(monkeypatch):
+    import planning.auto
+    import planning.timing
+
+    monkeypatch.setattr(planning.auto, "model_of", lambda cfg, context, needed: "model")
+    seen = []
+    monkeypatch.setattr(planning.timing, "estimate", lambda model, work, cluster, layout: seen.append(cluster))
+    review._job_plan(_priced_job_template(1.5))
+    assert seen[0].nodes == 2 and seen[0].usd_per_hour == pytest.approx(3.0)
+
+
+def test_the_partial_capacity_line_of_a_run_is_priced_per_node_not_per_job(monkeypatch):
+    # The job's 2 nodes cost $9.2032/h together; a lone node bills half of that.
+    monkeypatch.setattr(review, "training_estimate", lambda t: ("line", type("E", (), {"run_s": 1800.0})()))
+    template = _with_autoscaler(_priced_job_template(4.6016), "10m")
+    job = json.loads(template["Resources"]["Job"]["Properties"]["Manifest"])
+    job[0]["spec"] |= {"preRunningDeadlineSeconds": 1200, "backoffLimit": 1, "ttlSecondsAfterFinished": 300}
+    template["Resources"]["Job"]["Properties"]["Manifest"] = json.dumps(job)
+    assert review.job_cost_lines(template, 2 * 4.6016)[-1].startswith(
+        "partial capacity: a GPU node whose partner gets no capacity bills ~55 min, ~$4.22 ")
