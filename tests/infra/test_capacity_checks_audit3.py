@@ -89,3 +89,24 @@ def test_a_capacity_block_that_is_not_found_leaves_no_zone_and_fails():
     assert check.verdict == FAIL
     assert check.reason == ("p5.48xlarge capacity-block: the zone of Capacity Block cr-0123456789abcdef0: no such "
                             "reservation; no zone with capacity")
+
+
+def test_a_blocks_size_is_its_total_instances_not_those_still_free():
+    # A block whose instances run (a rerun on the same block) has AvailableInstanceCount 0 but still holds them all:
+    # EC2's CapacityReservation counts TotalInstanceCount as the block's size.
+    from tests.infra.test_capacity_preflight import block_checks
+
+    assert [c.verdict for c in block_checks(3600, TotalInstanceCount=2, AvailableInstanceCount=0)] == [PASS, PASS]
+    [short] = block_checks(3600, TotalInstanceCount=1, AvailableInstanceCount=1)
+    assert short.verdict == FAIL and "it holds 1 instance(s), gpu_node_count is 2" in short.reason
+
+
+def test_a_capacity_blocks_zone_replaces_a_kept_ranking():
+    # A kept ranking is for zones that may move; a block's zone is the block's, whatever was cached before.
+    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge",
+                 "capacity_reservation_id=cr-0123456789abcdef0", "gpu_availability_zone=us-east-2b")
+    key = capacity.gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type)
+    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"],
+                                                               "zones": ["us-east-2a", "us-east-2b", "us-east-2c"]}}
+    check = capacity.check_zones(Block("none"), s, cache, context={key: {"zones": ["us-east-2a"], "basis": "probe"}})
+    assert check.verdict == PASS and cache[key]["zones"] == ["us-east-2b"]
