@@ -20,3 +20,17 @@ def test_a_cut_run_summary_is_no_summary_and_the_later_lines_still_count():
 def test_a_whole_run_summary_after_a_cut_one_is_kept():
     progress = cs.trainer_progress(['run summary: {"run": "s3://b/runs/x"', 'run summary: {"run": "s3://b/runs/x"}'])
     assert progress.summary == {"run": "s3://b/runs/x"}
+
+
+def test_an_event_that_happens_again_is_printed_again_once():
+    # Kubernetes folds a repeated event into one object (same uid) and raises its count: each new count is news (the
+    # autoscaler still finds no capacity), a poll that sees the same count again is not.
+    def event(count):
+        return {"reason": "NotTriggerScaleUp", "count": count, "metadata": {"uid": "u1"},
+                "lastTimestamp": f"2026-12-01T09:0{count}:00Z", "involvedObject": {"name": "worker-0"},
+                "message": "pod didn't trigger scale-up"}
+
+    seen: set = set()
+    assert cs.lifecycle_lines([event(1)], seen) == ["no scale-up: worker-0: pod didn't trigger scale-up"]
+    assert cs.lifecycle_lines([event(1)], seen) == []
+    assert cs.lifecycle_lines([event(2)], seen) == ["no scale-up: worker-0: pod didn't trigger scale-up"]
