@@ -82,3 +82,16 @@ def test_ctrl_c_exits_130_and_still_saves_what_was_looked_up(monkeypatch, tmp_pa
     assert capsys.readouterr().err.startswith("preflight stopped (Ctrl-C); the probe cancelled the reservations")
     saved = json.loads((tmp_path / "cdk.context.json").read_text())
     assert saved["instance-type-offerings:us-east-2:g6.12xlarge"]["zones"] == ["us-east-2a"]
+
+
+@pytest.mark.parametrize("operation, fix", [("CreateCapacityReservation", preflight.PROBE_FIX),
+                                            ("CancelCapacityReservation", preflight.PROBE_FIX),
+                                            ("CreateTags", preflight.PROBE_FIX),
+                                            ("DescribeInstanceTypes", preflight.READ_FIX)])
+def test_a_refused_probe_write_names_the_write_permissions_and_a_refused_read_the_read_ones(operation, fix):
+    # ReadOnlyAccess grants no ec2:Create*/Cancel*: granting more read access would not fix a refused probe.
+    def refused():
+        raise ClientError({"Error": {"Code": "UnauthorizedOperation", "Message": "no"}}, operation)
+
+    [check] = preflight._guarded("zones", refused)
+    assert check == preflight.Check("zones", FAIL, f"could not check: {operation} failed with UnauthorizedOperation", fix)
