@@ -84,3 +84,20 @@ def test_a_bucket_already_gone_is_not_listed():
             raise ClientError({"Error": {"Code": "404", "Message": "Not Found"}}, "HeadBucket")
 
     assert teardown.describe_bucket(S3(), "ckpt") is None
+
+
+def test_no_credentials_says_how_to_log_in_and_destroys_nothing(monkeypatch, capsys):
+    from botocore.exceptions import NoCredentialsError
+
+    class NoCredentials(_Session):
+        def client(self, service):
+            class CloudFormation:
+                def get_template(self, **_):
+                    raise NoCredentialsError()
+            return CloudFormation()
+
+    monkeypatch.setattr(boto3, "Session", NoCredentials)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("nothing is destroyed without credentials"))
+    assert teardown.main([]) == 2
+    assert capsys.readouterr().err == ("error: no AWS credentials found; run `aws configure` or `aws sso login` "
+                                       "first\n")
