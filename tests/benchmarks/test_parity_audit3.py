@@ -102,3 +102,17 @@ def test_plot_draws_an_earlier_runs_file_and_prints_its_verdict_without_training
                         "(2.0000, 2.0200, 1.9800)")
     assert lines[1].endswith("parity holds (tolerance 2.000%)") and lines[1].startswith("control: ")
     assert lines[2].startswith("fp8, order 1: validation loss 2.0300 vs 2.0000 (+1.500%)")
+
+
+@pytest.mark.parametrize("tolerance, holds", [(0.25, True), (0.2499, False)])
+def test_a_gap_exactly_at_the_tolerance_is_within_it(tolerance, holds):
+    # Last-third training loss 1.25 vs 1.0: a gap of exactly +25% (binary-exact), validation equal.
+    assert parity.judge("fp8, order 1", run(2.0, [1.25], 1, "fp8"), run(2.0, [1.0]), tolerance)[0] is holds
+
+
+@pytest.mark.parametrize("option", ["--warm-steps", "--steps", "--seq-len", "--micro-batch", "--eval-batches"])
+def test_each_size_of_zero_is_refused_in_one_line_before_anything_runs(option, tmp_path, capsys, reached):
+    assert parity.main(["--out", str(tmp_path / "out"), "--cpu", option, "0"]) == 2
+    assert capsys.readouterr().err == ("error: --warm-steps, --steps, --seq-len, --micro-batch and --eval-batches must "
+                                       "be at least 1\n")
+    assert not reached and not (tmp_path / "out").exists()
