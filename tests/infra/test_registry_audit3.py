@@ -3,6 +3,8 @@ pulling nothing."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.infra.test_registry_cases import HERE, _template_pulling
@@ -32,3 +34,17 @@ def test_helm_values_name_the_images_they_pull_from_this_accounts_registry():
         "Chart": "aws-efa-k8s-device-plugin", "Values": '{"image": {"full": "' + HERE + '/ecr-public/efa:1"}}'}}
     [pull] = registry.pulls(Resolver(template))
     assert (pull.where, pull.repository) == ("Helm chart aws-efa-k8s-device-plugin values (Chart)", "ecr-public/efa")
+
+
+def test_a_pull_without_a_source_does_not_end_the_check_of_the_pulls_after_it():
+    template = _template_pulling()
+    unsourced = {"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"image": f"{HERE}/ecr-public/a:1"}]}}
+    # The cache rule fetches ecr-public/b from public.ecr.aws/b, not from the annotated source.
+    sourced = {"kind": "Pod", "metadata": {"name": "b", "annotations": {
+        registry.IMAGE_SOURCE_ANNOTATION: "public.ecr.aws/other/b:1"}},
+        "spec": {"containers": [{"image": f"{HERE}/ecr-public/b:1"}]}}
+    template["Resources"]["Pods"] = {"Type": "Custom::AWSCDK-EKS-KubernetesResource", "Properties": {
+        "Manifest": json.dumps([unsourced, sourced])}}
+    [problem] = registry.problems(Resolver(template, "us-east-2"))
+    assert problem.startswith(f"ECR: Pod default/b (Pods) pulls {HERE}/ecr-public/b:1, which rule Rule fetches from "
+                              "public.ecr.aws/b:1, not the image's source public.ecr.aws/other/b:1")
