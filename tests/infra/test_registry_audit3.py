@@ -1,5 +1,5 @@
 """tools.seams.registry: Helm values or add-on configuration that is not JSON is refused by name, not read as
-pulling nothing."""
+pulling nothing; Helm values' images are read; a pull without a source leaves the later pulls checked."""
 
 from __future__ import annotations
 
