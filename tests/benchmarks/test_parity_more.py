@@ -4,7 +4,9 @@ from one small in-process run on the CPU."""
 from __future__ import annotations
 
 import argparse
+import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,10 @@ def small_corpus(root):
     for i in range(20):
         (root / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n" * 40)
     return root
+
+
+# A subset run judged on an earlier file's tolerance (parity.earlier_tolerance's shape).
+EARLIER = {"tolerance": 0.02, "file": "earlier.json", "device": "NVIDIA L4"}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +86,8 @@ def phases(tmp_path_factory):
                                   seq_len=32, micro_batch=2, eval_batches=2, cpu=True,
                                   branches=[("bf16, order 2", "bf16", 2), ("fp8, order 2", "fp8", 2)],
                                   tolerance_from=None, plot=None)
-        seen["results"] = parity.run(args)
+        seen["args"] = args
+        seen["results"] = parity.run(args, EARLIER)
     return seen
 
 
@@ -113,3 +120,10 @@ def test_the_warm_step_runs_at_the_trainers_peak_and_each_branch_decays_from_bra
     """The warm start at TrainConfig's default lr, 3e-4; a branch of two steps at BRANCH_LR (1e-4), then its tenth
     on the last step (cosine to a tenth, training.schedule.lr_at's rule)."""
     assert phases["lr"] == pytest.approx([3e-4, 1e-4, 1e-5, 1e-4, 1e-5])
+
+
+def test_parity_json_keeps_the_earlier_tolerance_so_plot_judges_it_as_the_run_did(phases):
+    written = json.loads((Path(phases["args"].out) / "parity.json").read_text())
+    assert written["earlier"] == EARLIER
+    assert parity.verdict_lines(written["runs"], written.get("earlier"))[0].startswith(
+        "tolerance: 2.000%, from earlier.json (NVIDIA L4)")
