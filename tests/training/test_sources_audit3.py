@@ -44,3 +44,8 @@ def test_a_hub_folder_that_cannot_be_listed_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(sources, "_hub_filesystem", lambda repo, revision=None: (SimpleNamespace(find=refuse), "r"))
     with pytest.raises(DataError, match=r"^--data: cannot list hf:org/gated: 403 Forbidden: gated dataset$"):
         sources.read_hub_dataset("hf:org/gated")
+
+
+def test_an_hf_source_is_read_through_the_hub_reader(monkeypatch):
+    monkeypatch.setattr(sources, "read_hub_dataset", lambda spec: ("hub", spec))
+    assert sources.read_source("hf:org/name:test") == ("hub", "hf:org/name:test")
