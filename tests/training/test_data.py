@@ -356,3 +356,72 @@ def test_reading_a_source_keeps_the_order_of_its_rows(monkeypatch):
     monkeypatch.setattr(ray.data, "read_json", lambda path, lines: (path, lines))
     assert read_source("/data/train.jsonl") == ("/data/train.jsonl", True)
     assert options.preserve_order is True
+
+
+def test_numpy_scalars_of_a_record_become_plain_python_values():
+    """Ray Data hands Parquet numbers over as numpy scalars; a chat template's `tojson` cannot serialize them."""
+    from training.data import _plain
+
+    plain = _plain({"n": np.int64(3), "x": np.float32(0.5), "flag": np.bool_(True)})
+    assert plain == {"n": 3, "x": 0.5, "flag": True}
+    assert [type(v) for v in plain.values()] == [int, float, bool]
+
+
+@pytest.mark.parametrize("message", ["hello", {"content": "no role"}, {"role": 7, "content": "x"}])
+def test_a_message_that_is_not_a_role_content_object_names_the_setting(message):
+    with pytest.raises(DataError, match=r"^--messages-field: a message is not a \{role, content\} object in record"):
+        record_messages({"messages": [message]}, DataFormat())
+
+
+def test_an_instruction_prompt_that_is_not_text_names_the_prompt_fields():
+    fmt = DataFormat(prompt_fields=("instruction", "input"), response_field="output")
+    with pytest.raises(DataError, match=r"^--prompt-field: instruction, input must hold text; record"):
+        record_messages({"instruction": 3, "output": "yes"}, fmt)
+    assert record_messages({"instruction": "Add.", "input": "1+1", "output": "2"}, fmt)[0] == {
+        "role": "user", "content": "Add.\n\n1+1"}
+
+
+def test_chat_records_with_a_tokenizer_without_a_template_ask_for_one(tokenizer, monkeypatch):
+    monkeypatch.setattr(tokenizer, "chat_template", None)
+    with pytest.raises(DataError, match=r"^--data: chat records need a tokenizer with a chat template.*--chat-template"):
+        tokenize_records([{"messages": CHAT}], tokenizer, DataFormat())
+
+
+def test_a_template_that_refuses_a_record_names_the_record_and_the_templates_words(tokenizer):
+    fmt = DataFormat(chat_template="{{ raise_exception('system turns are not supported') }}")
+    with pytest.raises(DataError, match=r"^--data: the chat template cannot render record .*: system turns are not "
+                                        r"supported$"):
+        tokenize_records([{"messages": CHAT}], tokenizer, fmt)
+
+
+def test_positions_on_a_device_are_kept_without_reading_them():
+    """Reading a GPU tensor on the host is a sync each step; a tensor off the CPU (meta here) is kept as is."""
+    positions = torch.arange(4, device="meta").expand(2, 4)
+    assert "position_ids" in model_inputs({"input_ids": positions, "position_ids": positions})
+    assert "position_ids" not in model_inputs({"input_ids": positions, "position_ids": torch.arange(4).expand(2, 4)})
+
+
+def test_a_hub_tokenizer_with_several_templates_is_refused_as_a_chat_template():
+    from types import SimpleNamespace
+
+    from training.data import chat_template_text
+
+    several = SimpleNamespace(chat_template={"default": "{{ x }}", "tool_use": "{{ y }}"})
+    with mock.patch("transformers.AutoTokenizer.from_pretrained", return_value=several):
+        with pytest.raises(DataError, match=r"^--chat-template: org/model's tokenizer has no \(single\) chat template$"):
+            chat_template_text("org/model")
+    with mock.patch("transformers.AutoTokenizer.from_pretrained", return_value=SimpleNamespace(chat_template="{{ x }}")):
+        assert chat_template_text("org/model") == "{{ x }}"
+
+
+@pytest.mark.parametrize("part, blocks", [("train", 0), ("validation", 1)])
+def test_a_batch_whose_documents_all_fall_on_the_other_side_gives_empty_blocks(model_folder, part, blocks):
+    """fraction 1.0: every document is a validation one (hash/2**64 < 1), so the train side gets none, but its
+    arrays still carry every column with seq_len columns (Ray Data concatenates them with the other batches')."""
+    from training.data import tokenize_and_pack
+
+    batch = {"text": np.array(["NCCL reduces gradients"], dtype=object)}
+    out = tokenize_and_pack(batch, model_folder, 16, DataFormat(), part=part, val_fraction=1.0)
+    assert sorted(out) == ["input_ids", "labels", "position_ids", "real_tokens", "truncated", "unlearned"]
+    assert out["input_ids"].shape == (blocks, 16) and out["labels"].shape == (blocks, 16)
+    assert out["position_ids"].shape == (blocks, 16) and out["real_tokens"].shape == (blocks,)

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from training.command_line import parse_args
 from training.config import ConfigError, TrainConfig
-from training.fp8 import check_fp8_device, convert_to_fp8
+from training.fp8 import after_optimizer_step, check_fp8_device, convert_to_fp8, plain_tensors
 from training.model import CausalLMWithLoss, build_model, builtin_config
 from tests.process_group import spawn
 
@@ -229,3 +229,33 @@ def test_after_update_runs_once_a_step_once_the_weights_have_moved(runs):
 
 def test_a_skipped_step_makes_no_after_update_call(runs):
     assert runs["fp8, NaN"]["stopped"] and runs["fp8, NaN"]["after_update_calls"] == []
+
+
+def test_the_capability_and_name_are_read_from_the_workers_own_gpu(monkeypatch):
+    """CUDA compute capability 8.6 (A10G, Ampere) has no FP8 tensor cores; the refusal names the GPU torch reports."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: asked.append(device) or (8, 6))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA A10G")
+    with pytest.raises(ConfigError, match=r"^--precision: fp8 needs a GPU .*; NVIDIA A10G is 8\.6; use --precision bf16$"):
+        check_fp8_device(torch.device("cuda", 3))
+    assert asked == [torch.device("cuda", 3)]
+
+
+def test_an_ada_gpu_read_from_torch_is_accepted(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 9))  # L4
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA L4")
+    check_fp8_device(torch.device("cuda", 0))
+
+
+def test_each_optimizer_step_hands_the_model_to_torchaos_scale_precompute(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys.modules["torchao.float8"], "precompute_float8_dynamic_scale_for_fsdp", seen.append)
+    model = nn.Linear(2, 2)
+    after_optimizer_step(model)
+    assert seen == [model]
+
+
+def test_without_torchaos_float8_imported_the_state_is_returned_as_is(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torchao.float8.fsdp_utils", raising=False)
+    state = {"model": {"w": torch.ones(2)}, "steps": [torch.zeros(1)]}
+    assert plain_tensors(state) is state

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import math
+import shutil
 import signal
 import time
 import types
@@ -139,6 +140,15 @@ def runs(tmp_path_factory):
             spy.metrics_file = None
             spy.sigterm_before_step = 3
             spy.run(_config(tmp, "stopped", steps=5, checkpoint_every=0))
+            # The finished run started once more, asked for an --export-hf: nothing to train, the export still runs.
+            logged, exported = [], []
+            monkeypatch.setattr(train, "log", lambda rank, message: logged.append(message))
+            monkeypatch.setattr(train, "export_model", lambda cfg, model, rank, folder=None: exported.append(
+                (cfg.run_name, model, rank, folder)))
+            shutil.copytree(tmp / "resumed", tmp / "finished")  # a copy: the resumed run's records stay its own
+            spy.run(dataclasses.replace(interrupted, run_name="finished", inject_nan_at_step=None, log_every=2,
+                                        export_hf=True))
+            spy.attempts[-1].update(logged=logged, exported=exported)
             yield types.SimpleNamespace(tmp=tmp, attempts=spy.attempts, answer=stop_folder / preemption.ANSWER)
         finally:
             if started_here:
@@ -306,3 +316,16 @@ def test_the_first_record_after_a_resume_times_the_steps_of_this_attempt_only(ru
     # 3 steps since step 0 (which would triple tokens/s and MFU).
     records = {r["step"]: r for r in read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text())}
     assert records[3]["step_time_s"] >= runs.attempts[1]["steps"][0]["seconds"]
+
+
+def test_a_finished_run_started_again_trains_nothing_and_says_so(runs):
+    again = runs.attempts[3]
+    assert again["error"] is None and again["steps"] == [] and again["saves"] == []
+    assert "the run is complete: its checkpoint is at step 6 of 6; nothing to train" in again["logged"]
+
+
+def test_export_hf_exports_the_trained_model_once_at_the_end(runs):
+    from training.model import CausalLMWithLoss
+
+    [(run_name, model, rank, folder)] = runs.attempts[3]["exported"]
+    assert (run_name, isinstance(model, CausalLMWithLoss), rank, folder) == ("finished", True, 0, None)

@@ -64,3 +64,27 @@ def test_the_first_attempt_sets_eval_batches_x_workers_x_micro_batch_blocks_and_
     run = str(tmp_path / "run")
     assert fixed_blocks(run, eval_batches=3, world=2, micro_batch=5) == (30, "--eval-batches 3 x 2 workers x --micro-batch 5")
     assert fixed_blocks(run, eval_batches=7, world=4, micro_batch=1)[0] == 30
+
+
+class ThreeBlockShard:
+    """A validation split of three packed blocks of 4 tokens, each two documents ([0, 1, 0, 1]) and 3 targets."""
+
+    def iter_batches(self, batch_size: int, batch_format: str):
+        yield {"input_ids": np.zeros((3, 4), np.int64), "labels": np.array([[5, 6, -100, 7]] * 3),
+               "position_ids": np.array([[0, 1, 0, 1]] * 3), "real_tokens": np.array([4, 4, 4]),
+               "truncated": np.zeros(3, np.int64), "unlearned": np.zeros(3, np.int64)}
+
+
+@pytest.mark.parametrize("blocks, counts", [
+    (2, {"blocks": 2, "documents": 4, "targets": 6, "whole": False}),  # a third block is left out: not whole
+    (3, {"blocks": 3, "documents": 6, "targets": 9, "whole": True}),
+    (4, {"blocks": 3, "documents": 6, "targets": 9, "whole": True}),
+])
+def test_real_validation_data_reports_its_counts_and_whether_the_pass_is_whole(one_rank_group, monkeypatch, blocks,
+                                                                                 counts):
+    import ray.train
+
+    monkeypatch.setattr(ray.train, "get_dataset_shard", lambda name: ThreeBlockShard(), raising=False)
+    cfg = TrainConfig(model="folder", data="data.jsonl", seq_len=4, micro_batch=1, val_fraction=0.1)
+    held, found = validation_batches(cfg, 97, 0, 1, CPU, blocks=blocks)
+    assert found == counts and len(held) == counts["blocks"]
