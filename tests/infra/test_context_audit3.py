@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stacks.context import cached_lookups
@@ -32,3 +34,42 @@ def test_a_context_file_gives_its_object_and_nothing_for_another_json_value(tmp_
 
 def test_no_context_file_gives_no_entries(tmp_path):
     assert cached_lookups(tmp_path / "cdk.context.json") == {}
+
+
+def test_a_list_setting_given_a_number_is_refused_as_a_list():
+    # endpoint_public_cidrs is an optional list: its one arm's own refusal, not a generic one.
+    from stacks.context import settings_from_context
+    from tests.conftest import base_context
+
+    with pytest.raises(SettingsError, match=r"^endpoint_public_cidrs: expected a list of strings, got 5$"):
+        settings_from_context(base_context() | {"endpoint_public_cidrs": 5})
+
+
+def test_a_cdk_owned_key_of_cdk_json_is_no_unknown_setting():
+    # `cdk migrate` writes "cdk-migrate": true into cdk.json's context; it is CDK's, not a typo of a setting.
+    from stacks.context import settings_from_context
+    from tests.conftest import base_context
+
+    assert settings_from_context(base_context() | {"cdk-migrate": True}).region == "us-east-2"
+
+
+def test_cdk_json_wins_over_cdk_context_json_for_the_same_key(tmp_path):
+    # The CDK CLI reads context from -c, then cdk.json, then cdk.context.json (aws-cdk Configuration's Context bags,
+    # first found wins): a ranking pinned in cdk.json is the one auto takes.
+    from stacks.context import settings_from_files
+    from tests.conftest import base_context
+
+    key = "gpu-zones:us-east-2:g6.12xlarge:on-demand"
+    (tmp_path / "cdk.json").write_text(json.dumps({"app": "python3 app.py", "context": base_context() | {
+        "gpu_availability_zone": "auto", key: {"zones": ["us-east-2b"], "basis": "pinned"}}}))
+    (tmp_path / "cdk.context.json").write_text(json.dumps({key: {"zones": ["us-east-2a"], "basis": "probe"}}))
+    assert settings_from_files(tmp_path / "cdk.json").gpu_availability_zone == "us-east-2b"
+
+
+def test_a_cli_value_may_hold_an_equals_sign(tmp_path):
+    # `-c key=value` splits at the first '=' (the CDK CLI's own split): a tag value "a=b" stays whole.
+    from stacks.context import settings_from_files
+    from tests.conftest import base_context
+
+    (tmp_path / "cdk.json").write_text(json.dumps({"app": "python3 app.py", "context": base_context()}))
+    assert settings_from_files(tmp_path / "cdk.json", ['tags={"team": "ml=core"}']).tags == {"team": "ml=core"}
