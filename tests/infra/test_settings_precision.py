@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import stacks.validation  # noqa: F401 - the rule these tests hold (its fp8 refusal) lives there
 from stacks.context import settings_from_context
 from stacks.settings import SettingsError, trainer_options
 from tests.conftest import base_context
