@@ -108,12 +108,18 @@ def test_a_hang_fault_blocks_the_last_rank(run, monkeypatch):
 
 def test_a_sigterm_fault_signals_the_last_ranks_process_and_waits_for_its_handler(run, monkeypatch, kills):
     monkeypatch.setenv(FAULTS_ENV, "sigterm@7")
-    monkeypatch.setattr(preemption, "sigterm_received", lambda: bool(kills))  # the handler has run once it is sent
+    asked = []
+
+    def handler_has_run():  # the handler sets its flag a moment after the signal: the third look finds it
+        asked.append(1)
+        return bool(kills) and len(asked) >= 3
+    monkeypatch.setattr(preemption, "sigterm_received", handler_has_run)
     opened, waiting = _phases()
     at_step_start(parse_args([]), 7, 0, 2, run, model=None, waiting=waiting)
     assert kills == [] and opened == []
     at_step_start(parse_args([]), 7, 1, 2, run, model=None, waiting=waiting)
     assert kills == [(faults.os.getpid(), signal.SIGTERM)]
+    assert len(asked) == 3  # waited until the handler had run, not returned at once
     assert opened == ["test fault: sigterm"]
 
 
