@@ -15,6 +15,11 @@ from training.storage import COMMIT, TRAIN_STATE
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP saves alone, in one process
 
 
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch):
+    monkeypatch.setattr(ckpt, "COMMIT_POLL_S", 0.01)  # the deadlines here are tenths of a second
+
+
 def test_a_rank_waiting_for_a_commit_marker_that_never_comes_gives_up_naming_the_checkpoint(tmp_path):
     """Ranks other than 0 wait for rank 0's marker; when rank 0 died before committing, the wait must end at its
     deadline with the checkpoint's URI (settle turns it into the stop line), not hang the rank's stop."""
@@ -77,8 +82,9 @@ def test_an_export_given_to_checkpoints_lands_in_the_checkpoints_hf_folder(tmp_p
 
     logged: list[str] = []
     model = torch.nn.Linear(2, 2)
-    ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", logged.append, export=export).save(
-        model, torch.optim.AdamW(model.parameters()), step=10, data_position=10, wait=True)
+    saves = ckpt.Checkpoints(False, 0, 1, str(tmp_path / "run"), "a", logged.append, export=export)
+    saves.save(model, torch.optim.AdamW(model.parameters()), step=10, data_position=10)  # a periodic save: not waited
+    assert saves.settle(timeout_s=30) == []
     folder = tmp_path / "run" / "checkpoint_00000010_a"
     assert exported == [model]
     assert (folder / "hf" / "config.json").read_text() == '{"model_type": "qwen2"}'
