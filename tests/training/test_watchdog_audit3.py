@@ -24,3 +24,17 @@ def test_a_dump_writes_the_flight_recorder_trace_beside_the_stacks(tmp_path, mon
     assert written == [f"{tmp_path}/dumps/rank3-stacks.txt", f"{tmp_path}/dumps/rank3-nccl-trace.pkl"]
     assert (tmp_path / "dumps" / "rank3-nccl-trace.pkl").read_bytes() == b"pickled trace"
     assert (tmp_path / "dumps" / "rank3-stacks.txt").read_text().startswith("rank 3: no progress\n\n")
+
+
+def test_without_a_plan_the_bound_is_measured_after_steps_2_to_4_and_not_before():
+    """MEASURED_STEPS = 3 timed steps after the first (docstring: 'the slowest of steps 2-4'): steps of 1, 2 and
+    5 s (floor 30 s) give max(30, 10 x 5) = 50 s only once step 4 is done; after step 3 the first-step allowance holds."""
+    now = [0.0]
+    dog = watchdog.Watchdog(None, lambda reason: None, clock=lambda: now[0], long_s=1800.0, floor_s=30.0)
+    for step, seconds in ((1, 100.0), (2, 1.0), (3, 2.0)):
+        now[0] += seconds
+        dog.step_done(step)
+    assert dog.bound_s is None  # two timed steps: still measuring
+    now[0] += 5.0
+    dog.step_done(4)
+    assert dog.bound_s == 50.0  # max(30 s floor, 10 x 5 s)
