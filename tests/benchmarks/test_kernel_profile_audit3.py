@@ -55,25 +55,8 @@ def test_a_failed_shapes_line_is_its_name_and_error():
     assert format_row({"name": "fp8", "error": "RuntimeError: no FP8"}) == "fp8: RuntimeError: no FP8"
 
 
-def test_copy_bandwidth_counts_the_bytes_read_and_written_over_the_median_copy_time(monkeypatch):
-    # A CPU stand-in for CUDA events: copies timed at 3, 2 and 1 ms; the median is 2 ms.
-    times = iter([3.0, 2.0, 1.0])
-
-    class Event:
-        def __init__(self, enable_timing):
-            assert enable_timing
-
-        def record(self):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def elapsed_time(self, end):
-            return next(times)
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+def test_copy_bandwidth_counts_the_bytes_read_and_written_over_the_median_copy_time(event_ms):
+    event_ms.extend([3.0, 2.0, 1.0])  # copies timed at 3, 2 and 1 ms; the median is 2 ms
     # 2**-20 GiB = 1,024 bytes = 512 bf16 values; read and written: 2,048 bytes in 2 ms = 1.024e6 B/s = 0.001024 GB/s.
     assert copy_bandwidth_gbps(torch.device("cpu"), gib=2**-20, repeats=3) == pytest.approx(0.001024)
 

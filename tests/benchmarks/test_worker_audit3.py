@@ -10,29 +10,6 @@ import torch.distributed as dist
 from benchmarks import worker
 
 
-@pytest.fixture
-def event_ms(monkeypatch):
-    """torch.cuda.Event on the CPU: each timed interval takes the next of the listed milliseconds."""
-    times: list[float] = []
-
-    class Event:
-        def __init__(self, enable_timing):
-            assert enable_timing
-
-        def record(self):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def elapsed_time(self, end):
-            return times.pop(0)
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    return times
-
-
 def test_median_seconds_runs_three_untimed_calls_then_takes_the_median_in_seconds(event_ms):
     calls = []
     event_ms.extend([5.0, 1.0, 3.0])

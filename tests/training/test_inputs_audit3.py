@@ -8,20 +8,7 @@ import pytest
 from training.config import ConfigError, TrainConfig
 from training.config_rules import validate
 from training.inputs import check_inputs
-from tests.conftest import fake_aws_credentials
-
-
-@pytest.fixture
-def s3(monkeypatch):
-    import boto3
-    from moto import mock_aws
-
-    fake_aws_credentials(monkeypatch)
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket="data-bucket")
-        client.put_object(Bucket="data-bucket", Key="data/train.jsonl", Body=b'{"text": "a"}\n')
-        yield client
+from tests.training.test_inputs_cases import s3  # noqa: F401 (the fixture: a moto bucket holding data/train.jsonl)
 
 
 @pytest.mark.parametrize("option, changes", [
