@@ -39,6 +39,19 @@ def test_the_last_whole_micro_batch_of_an_epoch_is_used_before_the_next_permutat
     assert sorted(first_epoch[0] + first_epoch[1]) == [0, 2, 4, 6]
 
 
+def test_each_epoch_draws_the_next_permutation_of_the_same_seeded_generator():
+    # 8 blocks, micro-batch 2, one rank: four micro-batches an epoch. The second epoch is the generator's second
+    # draw, not its first again: repeating an epoch's order would train the same sequence twice and narrow the
+    # range the bf16 orders set as the tolerance.
+    stream = torch.arange(16, dtype=torch.uint8)  # 8 blocks of 2 bytes (seq_len 1): block k starts at 2k
+    seen = [row for b in itertools.islice(parity.order_batches(stream, 1, 2, 5, 0, 1), 8)
+            for row in b["input_ids"][:, 0].tolist()]
+    generator = torch.Generator().manual_seed(5)
+    first, second = (torch.randperm(8, generator=generator).tolist() for _ in range(2))
+    assert first != second
+    assert seen == [2 * k for k in first + second]
+
+
 @pytest.mark.parametrize("relative, held", [
     # One file in ten is held out: the first byte of the SHA-256 of its relative path is 0 mod 10.
     # sha256(b"y.py")[0] = 70 (held); sha256(b"abc.py")[0] = 196, its last byte 0 mod 10 (not held);

@@ -39,6 +39,8 @@ ROWS_PER_STEP = 1 * MICRO_BATCH * GRAD_ACCUM  # one worker: 4 sequences per opti
 # 1e-2 x 1/2, 1e-2 x 2/2; then cosine from the peak (step index 1) to 1e-3 at index 5 over 4 steps:
 # 1e-3 + 9e-3 x (1 + cos(pi x k/4)) / 2 for k = 1, 2, 3, 4.
 LR_PER_STEP = [5e-3, 1e-2, 8.6820e-3, 5.5e-3, 2.3180e-3, 1e-3]
+# The resumed attempt's evaluations (after steps 3 and 6) each take this long at least: a step's time must not hold it.
+EVALUATION_SECONDS = 0.6
 
 
 def _config(tmp, name: str, **changes) -> TrainConfig:
@@ -55,6 +57,7 @@ class _Spy:
         self.attempts: list[dict] = []
         self.sigterm_before_step: int | None = None
         self.metrics_file: Path | None = None
+        self.evaluation_seconds = 0.0  # each evaluation takes at least this long
         real_step, real_evaluate, real_save = step_module.train_step, step_module.evaluate, ckpt.Checkpoints.save
 
         def train_step(model, optimizer, batches, grad_accum, grad_clip, lr, device, **options):
@@ -75,6 +78,7 @@ class _Spy:
 
         def evaluate(*args, **kwargs):
             self.attempts[-1]["evaluated_after"].append(len(self.attempts[-1]["steps"]))
+            time.sleep(self.evaluation_seconds)
             return real_evaluate(*args, **kwargs)
 
         def save(checkpoints, model, optimizer, at, data_position, files=None, wait=False):
@@ -132,7 +136,9 @@ def runs(tmp_path_factory):
                                   watchdog_step_seconds=900.0)
             spy.metrics_file = tmp / "resumed" / METRICS_FILE
             spy.run(interrupted)
+            spy.evaluation_seconds = EVALUATION_SECONDS
             spy.run(dataclasses.replace(interrupted, inject_nan_at_step=None, log_every=2))
+            spy.evaluation_seconds = 0.0
             # The pod's preStop hook asks before step 1; SIGTERM reaches the worker before step 3.
             stop_folder = tmp / "stop"
             stop_folder.mkdir()
@@ -329,3 +335,13 @@ def test_export_hf_exports_the_trained_model_once_at_the_end(runs):
 
     [(run_name, model, rank, folder)] = runs.attempts[3]["exported"]
     assert (run_name, isinstance(model, CausalLMWithLoss), rank, folder) == ("finished", True, 0, None)
+
+
+def test_an_evaluations_time_stays_out_of_the_next_steps_time(runs):
+    # The resumed attempt evaluates after step 3 (0.6 s at least) and records steps 3, 4 and 6. Step 4's record must
+    # time step 4 alone, as the step itself measured it (the spy's clock around train_step), not step 3's evaluation:
+    # counted in, tokens/s, TFLOP/s and MFU would drop after every --eval-every pass.
+    step_4 = next(r for r in read_metrics((runs.tmp / "resumed" / METRICS_FILE).read_text()) if r["step"] == 4)
+    own_seconds = runs.attempts[1]["steps"][1]["seconds"]  # the attempt's steps are 3, 4, 5, 6
+    assert runs.attempts[1]["evaluated_after"] == [1, 4]
+    assert step_4["step_time_s"] < own_seconds + EVALUATION_SECONDS / 2
