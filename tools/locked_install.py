@@ -3,7 +3,8 @@
 pip installs one wheel after another on one core: from a fresh clone `make test` spent about 190 s there, with the
 other core idle. requirements-lock.txt names every distribution the requirement files pull in, at the version
 installed when it was written, with its installed size. `install` installs one set of it (synth: what
-requirements.txt pulls in; dev: everything requirements-dev.txt does) with `pip install --no-deps`, in two pips
+requirements.txt pulls in; dev: everything requirements-dev.txt does) with `pip install --no-deps --no-compile`
+(Python compiles a module when it is first imported; pip compiled all 530 MB), in two pips
 that each take half of the megabytes. The Makefile then runs pip on the requirement files themselves, as before:
 pip's resolver stays the judge (on another platform the lock may name a wheel that does not exist there; the
 locked install then fails at its start and the plain install does the work alone, one core as before).
@@ -35,7 +36,7 @@ SETS = ("synth", "dev")
 LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)\s+#\s*(?P<set>synth|dev)\s+(?P<mb>\d+)\s*MB"
                   r"(?:, after (?P<after>[A-Za-z0-9._-]+))?$")
 FORMAT = "name==version  # synth|dev N MB[, after NAME]"
-PIP = ("-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps")
+PIP = ("-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-compile")
 
 
 @dataclass(frozen=True)

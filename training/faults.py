@@ -38,7 +38,8 @@ from pathlib import Path
 
 FAULTS_ENV = "TRAINER_TEST_FAULTS"
 ROW_LOG_ENV = "TRAINER_TEST_ROW_LOG"
-SLOW_UPLOAD_S = 3.0
+SLOW_UPLOAD_S = 8.0
+"""Longer than a chain's hang bound (tests/training/fault_chains.py), so a hang still finds the save pending."""
 WORKER_ENV_NAMES = (FAULTS_ENV, ROW_LOG_ENV)
 """Passed on to the Ray workers when the driver has them (training.driver.worker_env)."""
 
