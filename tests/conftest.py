@@ -221,11 +221,14 @@ def fake_aws_credentials(monkeypatch, region: str | None = "us-east-1", **more: 
 
 
 def local_ray(num_cpus: int):
-    """A local Ray for a test module's fixture (yield from it): quiet, one thread per worker, no dashboard."""
+    """A local Ray for a test module's fixture (yield from it): quiet, one thread per worker, no dashboard, and no
+    idle workers started ahead: Ray starts one per CPU for the first driver, each importing Ray for seconds of CPU,
+    and none of them can host a Ray Train worker (another runtime environment: Ray Train's own variables)."""
     import ray
 
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}})
+             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}},
+             _system_config={"prestart_worker_first_driver": False})
     # Ray Train's controller registers every run with Ray's autoscaling coordinator, a detached actor it creates on
     # first use, and waits 5 s for each answer (ray/train/v2/_internal/execution/scaling_policy/
     # autoscaling_coordinator_client.py): on a busy 2-core machine the new actor's process is not up by then, and the
