@@ -2,13 +2,17 @@
 runs as a real MLflow tracking server on loopback holds them (training/tracking.py), read through its REST API.
 
 Recovery here is the fault matrix's `core` chain (every fault once; tests/training/fault_chains.py, docs/testing.md)
-against the uninterrupted run. Real data, and a run stopped after an epoch boundary and resumed on one worker:
-test_train_ray_sft."""
+against the uninterrupted run. That twin runs the workers' own code (training.train.run_worker) in two processes of a
+gloo group, not under Ray: each Ray Train worker process spends seconds importing Ray Train, torch and transformers,
+the chain already pays that six times, and the twin's rows and losses are what run_worker computes, Ray or not. Real
+data, and a run stopped after an epoch boundary and resumed on one worker: test_train_ray_sft."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -23,11 +27,43 @@ from tests.training.mlflow_server import free_port
 pytestmark = pytest.mark.usefixtures("ray_with_faults")
 
 
+def _straight_worker(rank: int, world: int, port: int, cfg: TrainConfig, workspace: str, out: str) -> None:
+    """One rank of the uninterrupted run: run_worker as Ray Train's train_func calls it, in a gloo group of its own."""
+    import types
+
+    import ray
+    import torch
+    import torch.distributed as dist
+
+    from training import faults, preemption
+    from training.train import run_worker
+    from tests.process_group import leave
+
+    # The fork server's environment is older than this module's fault environment: the row log and the stop folder
+    # are set here, and one thread each, as the local Ray's runtime environment gives its workers (the same sums).
+    os.environ[faults.ROW_LOG_ENV] = str(Path(workspace) / "rows")
+    os.environ[preemption.STOP_DIR_ENV] = str(Path(workspace) / "stop-straight")
+    torch.set_num_threads(1)
+    ray.get_runtime_context = lambda: types.SimpleNamespace(get_node_id=lambda: "local")  # sharding_mesh's node
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    summary = run_worker(cfg, rank, world, torch.device("cpu"))
+    if rank == 0:
+        Path(out).write_text(json.dumps(summary))
+    leave()
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """Logged to an MLflow tracker where nothing listens (training/tracking.py): the run must not notice."""
-    return fit(config(tmp_path_factory.mktemp("runs"), "straight", tracking="mlflow",
-                      mlflow_tracking_uri=f"http://127.0.0.1:{free_port()}", **SHAPE))
+def uninterrupted(tmp_path_factory, workspace):
+    """The run's summary as the driver writes it (write_run_summary, from rank 0's return). Logged to an MLflow
+    tracker where nothing listens (training/tracking.py): the run must not notice."""
+    from training.driver import write_run_summary
+    from tests.process_group import spawn
+
+    cfg = config(tmp_path_factory.mktemp("runs"), "straight", tracking="mlflow",
+                 mlflow_tracking_uri=f"http://127.0.0.1:{free_port()}", **SHAPE)
+    out, started = workspace / "straight-summary.json", time.time()
+    spawn(_straight_worker, args=(cfg.workers, free_port(), cfg, str(workspace), str(out)), nprocs=cfg.workers)
+    return write_run_summary(cfg, json.loads(out.read_text()), started)
 
 
 def test_loss_falls_on_learnable_task(uninterrupted):
@@ -45,10 +81,6 @@ def test_each_steps_learning_rate_follows_the_runs_lr_warmup_and_floor(uninterru
     assert [lr[1], lr[2], lr[4], lr[14], lr[24]] == pytest.approx([7.5e-4, 1.5e-3, 3e-3, 1.8e-3, 6e-4], rel=1e-6)
 
 
-def test_run_summary_written_to_storage(uninterrupted):
-    summary = json.loads((Path(uninterrupted["run"]) / "run_summary.json").read_text())
-    assert summary["final_step"] == STEPS and summary["tokens_per_s_per_gpu"] > 0
-    assert summary["transport"] == "gloo (CPU): no NCCL"
 
 
 def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted):
@@ -81,6 +113,12 @@ def core(workspace, uninterrupted, mlflow_server):
     tracked = {"tracking": "mlflow", "mlflow_tracking_uri": mlflow_server.wait_until_up(), "mlflow_experiment": "core"}
     summary = fit(chain_config(workspace, "core", max_failures=len(resumes), inject_failure_at_step=9, **tracked))
     return fault_chains.outcome(workspace, summary)
+
+
+def test_core_run_summary_is_written_to_storage_after_its_retries(core):
+    summary = json.loads((core["run"] / "run_summary.json").read_text())
+    assert summary["final_step"] == STEPS and summary["tokens_per_s_per_gpu"] > 0
+    assert summary["transport"] == "gloo (CPU): no NCCL"
 
 
 def test_core_each_retry_resumes_from_the_step_its_fault_leaves_committed(core):
