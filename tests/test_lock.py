@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import subprocess
 
@@ -200,3 +201,15 @@ def test_the_makefile_installs_each_set_from_the_lock_before_pip_reads_the_requi
         assert f"$(LOCKED_INSTALL) {wanted} ||" in recipe
         assert recipe.index("$(LOCKED_INSTALL)") < recipe.index(f"-r {requirements}")
     assert "LOCKED_INSTALL = $(PY) -m tools.locked_install install requirements-lock.txt" in makefile
+
+
+def test_what_make_runs_compiles_and_keeps_bytecode_even_where_the_caller_turns_it_off():
+    """The installs skip pip's byte-compiling (--no-compile): each module is compiled when first imported, and kept
+    only if PYTHONDONTWRITEBYTECODE is not set in the recipes' environment (this machine sets it). Asked through
+    make itself: a probe target read after the Makefile prints what its recipe sees."""
+    probe = "probe:\n\t@echo \"[$${PYTHONDONTWRITEBYTECODE-unset}]\"\n"
+    done = subprocess.run(["make", "--no-print-directory", "-s", "-f", "Makefile", "-f", "-", "probe"], cwd=ROOT,
+                          input=probe, capture_output=True, text=True, timeout=60,
+                          env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[unset]"
