@@ -22,7 +22,7 @@ BENCH_ARGS ?=
 # the lock does not fit this platform, that second pip does the work alone.
 # --no-compile: pip byte-compiles every file it installs (530 MB of Python, most of aws-cdk-lib never imported here),
 # which was half of the installs' CPU time; Python compiles a module the first time it is imported instead, and keeps
-# it: PYTHONDONTWRITEBYTECODE is not passed on from the caller's environment, or every process of the suite (Ray's
+# it: recipes do not get PYTHONDONTWRITEBYTECODE from the caller's environment, or every process of the suite (Ray's
 # workers, the process groups', the CLIs') would compile all it imports again (a fresh clone's pytest took 832 s).
 unexport PYTHONDONTWRITEBYTECODE
 LOCKED_INSTALL = $(PY) -m tools.locked_install install requirements-lock.txt

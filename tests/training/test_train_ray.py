@@ -39,10 +39,13 @@ def _straight_worker(rank: int, world: int, port: int, cfg: TrainConfig, workspa
     from training.train import run_worker
     from tests.process_group import leave
 
-    # The fork server's environment is older than this module's fault environment: the row log and the stop folder
-    # are set here, and one thread each, as the local Ray's runtime environment gives its workers (the same sums).
+    # The fork server keeps the environment it started with, which may or may not be this module's fault environment
+    # (whichever module spawned first): the row log and the stop folder are set here, no fault or hang reaches the
+    # twin either way, and one thread each, as the local Ray's runtime environment gives its workers (the same sums).
     os.environ[faults.ROW_LOG_ENV] = str(Path(workspace) / "rows")
     os.environ[preemption.STOP_DIR_ENV] = str(Path(workspace) / "stop-straight")
+    for name in (faults.FAULTS_ENV, watchdog.HANG_AT_STEP_ENV, watchdog.FLOOR_ENV):
+        os.environ.pop(name, None)
     torch.set_num_threads(1)
     ray.get_runtime_context = lambda: types.SimpleNamespace(get_node_id=lambda: "local")  # sharding_mesh's node
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -79,8 +82,6 @@ def test_each_steps_learning_rate_follows_the_runs_lr_warmup_and_floor(uninterru
 
     lr = {r["step"]: r["lr"] for r in read_metrics((Path(uninterrupted["run"]) / METRICS_FILE).read_text())}
     assert [lr[1], lr[2], lr[4], lr[14], lr[24]] == pytest.approx([7.5e-4, 1.5e-3, 3e-3, 1.8e-3, 6e-4], rel=1e-6)
-
-
 
 
 def test_each_step_line_counts_the_tokens_of_that_step_on_each_gpu(uninterrupted):
