@@ -156,6 +156,8 @@ def test_core_the_hang_dumps_every_rank_once(core):
     hung = (attempt / "rank1-stacks.txt").read_text()
     assert hung.startswith("rank 1: no progress for ") and "waiting for step 13 (bound 6 s)" in hung.splitlines()[0]
     assert "_last_rank_faults" in hung  # the injected block is on the hung rank's stack
+    # step 12's upload, held on this rank (faults.SLOW_UPLOAD_S), was still pending when the bound fired
+    assert "in before_upload" in hung
 
 
 def test_core_the_prestop_hook_returns_once_the_step_is_committed_and_the_run_trains_on(core):
