@@ -213,3 +213,25 @@ def test_what_make_runs_compiles_and_keeps_bytecode_even_where_the_caller_turns_
                           env=os.environ | {"PYTHONDONTWRITEBYTECODE": "1"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[unset]"
+
+
+def _make_dry_run(*targets: str) -> list[str]:
+    """The commands make would run for `targets`, every prerequisite rebuilt (make -n -B): make's own expansion."""
+    done = subprocess.run(["make", "--no-print-directory", "-n", "-B", *targets], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_every_pip_install_of_the_makefile_leaves_compiling_to_the_first_import():
+    lines = [line for line in _make_dry_run(".venv/.dev-deps", ".venv/.train-deps", ".venv/.mutation-deps",
+                                            ".venv-scan/.scan-deps") if " -m pip install " in line]
+    assert len(lines) == 5  # the synth, train, dev, mutation and scan requirement files
+    assert all("--no-compile" in line for line in lines), lines
+
+
+def test_make_test_runs_the_suite_on_two_processes_by_the_conftest_groups():
+    """tests/conftest.py schedules by GROUPS only under --dist loadgroup; under any other mode the serial group's
+    timed bounds would run beside each other."""
+    [pytest_line] = [line for line in _make_dry_run("test") if " -m pytest" in line]
+    assert pytest_line.split(" -m pytest", 1)[1].split() == ["-q", "-n", "2", "--dist", "loadgroup"]

@@ -51,3 +51,12 @@ def test_inject_failure_at_step_kills_the_last_ranks_worker_once_per_run_without
     for step, rank in [(2, 1), (3, 0), (3, 1), (3, 1)]:  # the last (3, 1): the retry after the kill
         faults.at_step_start(cfg, step, rank, 2, run, model=None)
     assert killed == [(4242, signal.SIGKILL)]
+
+
+def test_a_slow_upload_outlasts_the_chains_hang_bound_and_the_watchdogs_poll():
+    """The core chain's hang at step 13 must find step 12's held upload still pending (test_train_ray checks the
+    dump); the watchdog fires up to one poll after the bound."""
+    from tests.training import fault_chains
+    from training import faults, watchdog
+
+    assert faults.SLOW_UPLOAD_S > fault_chains.WATCHDOG_S + watchdog.POLL_S
