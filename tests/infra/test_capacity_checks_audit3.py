@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from tests.infra.test_capacity_checks_cases import Block, Ec2
-from tests.infra.test_capacity_preflight import settings
+from tests.infra.test_capacity_preflight import P5_BLOCK, p5_block_offered, settings
 from tools import capacity_checks as capacity
 from tools.verdicts import FAIL, PASS, WARN
 
@@ -26,8 +26,7 @@ class _NoReservation(Block):
 
 
 def test_a_capacity_block_id_that_does_not_exist_fails_naming_the_id_and_region():
-    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge",
-                 "capacity_reservation_id=cr-0123456789abcdef0")
+    s = settings(*P5_BLOCK)
     [check] = capacity.check_capacity_block(_NoReservation("none"), s, 3600)
     assert check == capacity.Check("capacity block", FAIL, "cr-0123456789abcdef0 does not exist in us-east-2",
                                    "check the id and region")
@@ -81,10 +80,8 @@ def test_the_cleanup_cancels_its_reservations_off_the_main_thread_too():
 
 
 def test_a_capacity_block_that_is_not_found_leaves_no_zone_and_fails():
-    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge",
-                 "capacity_reservation_id=cr-0123456789abcdef0")
-    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"],
-                                                               "zones": ["us-east-2a", "us-east-2b", "us-east-2c"]}}
+    s = settings(*P5_BLOCK)
+    cache = p5_block_offered()
     check = capacity.check_zones(_NoReservation("none"), s, cache)
     assert check.verdict == FAIL
     assert check.reason == ("p5.48xlarge capacity-block: the zone of Capacity Block cr-0123456789abcdef0: no such "
@@ -103,10 +100,8 @@ def test_a_blocks_size_is_its_total_instances_not_those_still_free():
 
 def test_a_capacity_blocks_zone_replaces_a_kept_ranking():
     # A kept ranking is for zones that may move; a block's zone is the block's, whatever was cached before.
-    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge",
-                 "capacity_reservation_id=cr-0123456789abcdef0", "gpu_availability_zone=us-east-2b")
+    s = settings(*P5_BLOCK, "gpu_availability_zone=us-east-2b")
     key = capacity.gpu_zones_key(s.region, s.gpu_instance_type, s.gpu_capacity_type)
-    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"],
-                                                               "zones": ["us-east-2a", "us-east-2b", "us-east-2c"]}}
+    cache = p5_block_offered()
     check = capacity.check_zones(Block("none"), s, cache, context={key: {"zones": ["us-east-2a"], "basis": "probe"}})
     assert check.verdict == PASS and cache[key]["zones"] == ["us-east-2b"]

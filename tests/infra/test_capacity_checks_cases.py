@@ -189,11 +189,9 @@ class Block(Ec2):
 
 def test_a_gpu_zone_outside_the_capacity_blocks_fails():
     """A block launches in its own zone only: nodes asked for elsewhere never start (a FAIL, not a WARN)."""
-    from tests.infra.test_capacity_preflight import settings
+    from tests.infra.test_capacity_preflight import P5_BLOCK, p5_block_offered, settings
 
-    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge",
-                 "capacity_reservation_id=cr-0123456789abcdef0")
-    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"],
-                                                               "zones": ["us-east-2a", "us-east-2b", "us-east-2c"]}}
+    s = settings(*P5_BLOCK)
+    cache = p5_block_offered()
     check = capacity.check_zones(Block("none"), s, cache)
     assert check.verdict == FAIL and check.fix == "-c gpu_availability_zone=us-east-2b (or auto)"

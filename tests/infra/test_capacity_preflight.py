@@ -26,10 +26,18 @@ BLOCK = "cr-0123456789abcdef0"
 ZONES = ("us-east-2a", "us-east-2b", "us-east-2c")
 OFFERED = {"instance-type-offerings:us-east-2:g6.12xlarge": {"usage_classes": ["on-demand", "spot"], "zones": list(ZONES)}}
 AZ_IDS = {"us-east-2a": "use2-az1", "us-east-2b": "use2-az2", "us-east-2c": "use2-az3"}
+P5_BLOCK = ("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}")
+"""A p5.48xlarge Capacity Block's settings (-c key=value), for settings(*P5_BLOCK, ...)."""
 
 
 def settings(*overrides: str):
     return settings_from_files(ROOT / "cdk.json", overrides, resolve_lookups=False)
+
+
+def p5_block_offered() -> dict:
+    """EC2's offerings of p5.48xlarge as preflight caches them: bought as Capacity Blocks, in every zone (a new dict
+    each call: check_zones writes its ranking into the cache)."""
+    return {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"], "zones": list(ZONES)}}
 
 
 def ec2_stub():
@@ -59,7 +67,7 @@ def test_a_type_ec2_does_not_sell_as_a_capacity_block_fails(aws):
     assert check == Check("capacity type", FAIL, "g6.12xlarge cannot be bought as capacity-block in us-east-2: EC2 sells "
                           "it as on-demand, spot", "-c gpu_capacity_type=<on-demand, spot> or another gpu_instance_type")
     assert cache["instance-type-offerings:us-east-2:g6.12xlarge"]["zones"] == list(ZONES)
-    p5 = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}")
+    p5 = settings(*P5_BLOCK)
     assert capacity.check_capacity_type(ec2, p5, {}).verdict == PASS
 
 
@@ -526,7 +534,7 @@ def block_checks(job_s: float | None, **fields) -> list[Check]:
     stub.add_response("describe_capacity_reservations", {"CapacityReservations": [block_answer(**fields)]},
                       {"CapacityReservationIds": [BLOCK]})
     stub.activate()
-    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}")
+    s = settings(*P5_BLOCK)
     return capacity.check_capacity_block(ec2, s, job_s, NOW)
 
 
@@ -594,9 +602,8 @@ def test_a_blocks_zone_is_never_kept_from_the_cache():
                       {"CapacityReservationIds": [BLOCK]})
     stub.activate()
     key = gpu_zones_key("us-east-2", "p5.48xlarge", "capacity-block")
-    cache = {"instance-type-offerings:us-east-2:p5.48xlarge": {"usage_classes": ["capacity-block"], "zones": list(ZONES)}}
-    s = settings("gpu_capacity_type=capacity-block", "gpu_instance_type=p5.48xlarge", f"capacity_reservation_id={BLOCK}",
-                 "gpu_availability_zone=auto")
+    cache = p5_block_offered()
+    s = settings(*P5_BLOCK, "gpu_availability_zone=auto")
     check = capacity.check_zones(ec2, s, cache, context={key: {"zones": ["us-east-2b"], "basis": "an earlier block"}})
     assert cache[key]["zones"] == ["us-east-2a"]
     assert check.verdict == PASS and check.reason.endswith("; auto takes the first of us-east-2a in availability_zones")
