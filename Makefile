@@ -25,22 +25,23 @@ BENCH_ARGS ?=
 # it: recipes do not get PYTHONDONTWRITEBYTECODE from the caller's environment, or every process of the suite (Ray's
 # workers, the process groups', the CLIs') would compile all it imports again (a fresh clone's pytest took 832 s).
 unexport PYTHONDONTWRITEBYTECODE
+PIP_INSTALL = -m pip install -q --disable-pip-version-check --no-compile
 LOCKED_INSTALL = $(PY) -m tools.locked_install install requirements-lock.txt
 NOT_LOCKED = echo "note: requirements-lock.txt does not install here; pip installs the requirement files alone"
 
 $(VENV)/.synth-deps: requirements.txt requirements-lock.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(LOCKED_INSTALL) synth || $(NOT_LOCKED)
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements.txt
+	$(PY) $(PIP_INSTALL) -r requirements.txt
 	touch $@
 
 $(VENV)/.train-deps: $(VENV)/.synth-deps requirements-train.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements-train.txt
+	$(PY) $(PIP_INSTALL) -r requirements-train.txt
 	touch $@
 
 $(VENV)/.dev-deps: $(VENV)/.synth-deps requirements-dev.txt requirements-train.txt requirements-lock.txt
 	$(LOCKED_INSTALL) dev || $(NOT_LOCKED)
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements-dev.txt
+	$(PY) $(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
 
 # After changing a pin in requirements*.txt: the lock written again from what pip installed for them.
@@ -96,7 +97,7 @@ fault-matrix: $(VENV)/.dev-deps
 	$(PY) -m pytest -q -m fault_matrix tests/training/test_fault_matrix.py
 
 $(VENV)/.mutation-deps: $(VENV)/.dev-deps requirements-mutation.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements-mutation.txt
+	$(PY) $(PIP_INSTALL) -r requirements-mutation.txt
 	touch $@
 
 # Mutation testing of the pure modules against their fast tests (pyproject.toml; not part of `make test`).
@@ -112,7 +113,7 @@ mutation: $(VENV)/.mutation-deps node_modules/.installed
 SCAN_VENV := .venv-scan
 $(SCAN_VENV)/.scan-deps: requirements-scan.txt
 	test -x $(SCAN_VENV)/bin/python || python3 -m venv $(SCAN_VENV)
-	$(SCAN_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-compile -r requirements-scan.txt
+	$(SCAN_VENV)/bin/python $(PIP_INSTALL) -r requirements-scan.txt
 	touch $@
 
 # checkov's Kubernetes checks on the pods KubeRay makes from the synthesized RayJob, and on the
